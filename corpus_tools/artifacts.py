@@ -1,0 +1,87 @@
+"""The artifact format every stage shares: a folder of files + manifest.json.
+
+manifest.json = {"kind", "format_version", "config", "counts", "files": {name: sha256},
+                 "tokenizer_hash", "versions", ...}. A stage writes it last (atomically), so a
+folder with a manifest is complete; the next stage calls `read_manifest` and checks what it needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write to a temp file in the same folder, fsync, rename: readers never see a partial file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=False) + "\n").encode("utf-8"))
+
+
+def versions() -> dict:
+    """Versions of the libraries whose behaviour shapes an artifact."""
+    out = {"python": platform.python_version()}
+    for mod in ("kiwipiepy", "sentencepiece", "tokenizers", "transformers", "torch"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except ImportError:
+            pass
+    return out
+
+
+def write_manifest(folder: str | os.PathLike, kind: str, format_version: int, files: list[str], **fields) -> dict:
+    folder = Path(folder)
+    manifest = {
+        "kind": kind,
+        "format_version": format_version,
+        **fields,
+        "files": {name: sha256_file(folder / name) for name in sorted(files)},
+        "versions": versions(),
+    }
+    atomic_write_json(folder / "manifest.json", manifest)
+    return manifest
+
+
+def read_manifest(folder: str | os.PathLike, kind: str, verify: bool = False) -> dict:
+    """Load a stage's manifest; a missing or foreign folder is a clear error, not a traceback."""
+    path = Path(folder) / "manifest.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder}: no manifest.json (not a finished korbert {kind} folder)")
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    if manifest.get("kind") != kind:
+        raise ValueError(f"{folder}: manifest says kind {manifest.get('kind')!r}, expected {kind!r}")
+    if verify:
+        for name, digest in manifest.get("files", {}).items():
+            if sha256_file(Path(folder) / name) != digest:
+                raise ValueError(f"{folder}/{name}: sha256 differs from manifest.json (corrupt or edited)")
+    return manifest

@@ -1,0 +1,64 @@
+"""Rebuild the embedded sample data (korbert/sample_data/) from the full shared data.
+
+    python -m corpus_tools.make_sample --data ../shared/data
+
+The sample is what the `demo` defaults and the tests read, so nothing needs ../shared to run.
+It is a seeded random subset, taken unmodified line by line (reviews, petitions, NSMC-R rows)
+or article by article (KorQuAD 1.0 dev), so its formats are exactly the official ones:
+
+    reviews.jsonl.gz     {"id", "text"} per line           (pretraining corpus sample)
+    petitions.jsonl.gz   {"id", "title", "text"} per line  (pretraining corpus sample)
+    nsmc_train.txt       id<TAB>document<TAB>label, header (NSMC-R train rows)
+    nsmc_test.txt        same format                       (NSMC-R test rows)
+    korquad_dev.json     SQuAD v1 JSON                     (whole KorQuAD 1.0 dev articles)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+from pathlib import Path
+
+SAMPLE_DIR = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
+
+
+def _sample_lines(lines: list[str], k: int, rng: random.Random) -> list[str]:
+    idx = sorted(rng.sample(range(len(lines)), min(k, len(lines))))
+    return [lines[i] for i in idx]
+
+
+def main(data: Path, out: Path = SAMPLE_DIR, seed: int = 0) -> dict:
+    rng = random.Random(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for name, k in (("reviews", 20000), ("petitions", 150)):
+        with gzip.open(data / "corpus" / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
+            rows = _sample_lines(f.read().splitlines(), k, rng)
+        # mtime=0 keeps the gzip bytes reproducible.
+        with open(out / f"{name}.jsonl.gz", "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as g:
+            g.write(("\n".join(rows) + "\n").encode("utf-8"))
+        counts[name] = len(rows)
+    for split, k in (("train", 8000), ("test", 2000)):
+        lines = (data / "nsmc" / f"ratings_{split}.txt").read_text(encoding="utf-8").splitlines()
+        rows = _sample_lines(lines[1:], k, rng)
+        (out / f"nsmc_{split}.txt").write_text("\n".join([lines[0], *rows]) + "\n", encoding="utf-8")
+        counts[f"nsmc_{split}"] = len(rows)
+    squad = json.loads((data / "korquad" / "KorQuAD_v1.0_dev.json").read_text(encoding="utf-8"))
+    articles = [a for i, a in enumerate(squad["data"]) if i % 10 == 0]  # 14 of 140 articles
+    (out / "korquad_dev.json").write_text(
+        json.dumps({"version": squad["version"], "data": articles}, ensure_ascii=False), encoding="utf-8"
+    )
+    counts["korquad_articles"] = len(articles)
+    counts["korquad_questions"] = sum(len(p["qas"]) for a in articles for p in a["paragraphs"])
+    return counts
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=Path("../shared/data"), help="the full shared data folder")
+    ap.add_argument("--out", type=Path, default=SAMPLE_DIR)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    print(json.dumps(main(a.data, a.out, a.seed), ensure_ascii=False))

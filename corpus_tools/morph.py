@@ -1,0 +1,166 @@
+"""Morpheme analysis with Kiwi, as surface segments that tile the original string.
+
+Kiwi's morphemes are normalized forms: 했 -> 하/VV + 었/EP (both spanning "했"),
+입니다 -> 이/VCP + ᆸ니다/EF (overlapping spans). Such morphemes cannot be cut apart on the
+surface, so overlapping (and zero-length) morphemes are merged into one *segment*:
+
+    "나는 학교에 갔다"  ->  나 | 는 | 학교 | 에 | 갔다        (갔다 = 가+었+다)
+
+Every segment is a real substring with exact [start, end) offsets; segments never contain
+whitespace, never overlap, and together cover every non-whitespace character exactly once
+(characters Kiwi leaves out become segments of their own). A segment "starts an eojeol" when
+whitespace (or the start of the text) precedes it — the word-boundary information is kept.
+
+One Kiwi model is loaded per process and per option set (`get_kiwi`), and batches are
+analyzed with Kiwi's own worker threads.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+from corpus_tools.text import nfc_with_offsets
+
+#: Options that change the analysis; they are part of a tokenizer's identity (and its hash).
+DEFAULT_KIWI = {"model_type": "cong", "typos": None}
+
+
+def default_threads() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@lru_cache(maxsize=4)
+def get_kiwi(num_workers: int = 0, model_type: str = "cong", typos: str | None = None):
+    """The process-wide Kiwi instance for these options (loading the model takes ~1 s)."""
+    from kiwipiepy import Kiwi
+
+    return Kiwi(num_workers=num_workers or default_threads(), model_type=model_type, typos=typos)
+
+
+def kiwi_version() -> str:
+    import kiwipiepy
+
+    return kiwipiepy.__version__
+
+
+@dataclass(frozen=True)
+class Morpheme:
+    form: str  # Kiwi's normalized form (not always a substring: 었, ᆸ니다)
+    tag: str
+    start: int  # span in the original string (may be shared with, or inside, a neighbour's)
+    end: int
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One analyzed text. All offsets index the string the caller passed (even NFD input)."""
+
+    text: str
+    segments: list[tuple[int, int]]  # surface segments, in order, tiling the non-space text
+    eojeol_start: list[bool]  # segment i is the first of its eojeol (whitespace/start before it)
+    sentences: list[tuple[int, int]]  # sentence spans (empty unless split_sents=True)
+    morphemes: list[Morpheme]
+
+    def surfaces(self) -> list[str]:
+        return [self.text[a:b] for a, b in self.segments]
+
+    def segmented(self, delimiter: str = " + ") -> str:
+        """Eojeols joined by spaces, the segments inside an eojeol by `delimiter`."""
+        out: list[str] = []
+        for (a, b), first in zip(self.segments, self.eojeol_start):
+            if out and first:
+                out.append(" ")
+            elif out:
+                out.append(delimiter)
+            out.append(self.text[a:b])
+        return "".join(out)
+
+
+def segment_spans(text: str, spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Merge Kiwi morpheme spans (in `text`'s coordinates) into surface segments.
+
+    Overlapping spans merge; zero-length spans join the segment they touch; non-space characters
+    Kiwi did not cover become segments of their own (one per run); whitespace always splits.
+    """
+    merged: list[list[int]] = []
+    for s, e in spans:
+        if merged and (s < merged[-1][1] or (s == e and s <= merged[-1][1])):
+            merged[-1][1] = max(merged[-1][1], e)
+        elif s < e:
+            merged.append([s, e])
+    out: list[tuple[int, int]] = []
+    pos = 0
+    for s, e in merged + [[len(text), len(text)]]:
+        s = max(s, pos)  # Kiwi spans are ordered; be safe anyway
+        if pos < s:  # characters Kiwi left out: split them at whitespace
+            out += _split_ws(text, pos, s)
+        if s < e:
+            out += _split_ws(text, s, e)
+        pos = max(pos, e)
+    return out
+
+
+def _split_ws(text: str, a: int, b: int) -> list[tuple[int, int]]:
+    """Maximal non-whitespace runs of text[a:b]."""
+    piece = text[a:b]
+    if not any(c.isspace() for c in piece):
+        return [(a, b)]
+    runs: list[tuple[int, int]] = []
+    start = None
+    for i in range(a, b):
+        if text[i].isspace():
+            if start is not None:
+                runs.append((start, i))
+                start = None
+        elif start is None:
+            start = i
+    if start is not None:
+        runs.append((start, b))
+    return runs
+
+
+def _eojeol_starts(text: str, segments: Sequence[tuple[int, int]]) -> list[bool]:
+    return [a == 0 or text[a - 1].isspace() or i == 0 for i, (a, _) in enumerate(segments)]
+
+
+def _span_mapper(starts: list[int], ends: list[int]):
+    """(a, b) in NFC coordinates -> the same span in the original string."""
+
+    def fix(a: int, b: int) -> tuple[int, int]:
+        if a >= len(starts):  # empty span at the very end
+            return ends[-1], ends[-1]
+        return starts[a], (ends[b - 1] if b > a else starts[a])
+
+    return fix
+
+
+def analyze(
+    texts: Sequence[str],
+    split_sents: bool = False,
+    num_workers: int = 0,
+    **kiwi_options,
+) -> list[Analysis]:
+    """Analyze many texts with Kiwi's worker threads. Offsets refer to each original string."""
+    opts = {**DEFAULT_KIWI, **kiwi_options}
+    kiwi = get_kiwi(num_workers, **opts)
+    normalized = [nfc_with_offsets(t) for t in texts]
+    results = kiwi.tokenize([n for n, _, _ in normalized], split_sents=split_sents)
+    out: list[Analysis] = []
+    for text, (norm, starts, ends), result in zip(texts, normalized, results):
+        if split_sents:
+            sents = [(s[0].start, s[-1].end) for s in result if s]
+            toks = [t for s in result for t in s]
+        else:
+            sents, toks = [], result
+        segs = segment_spans(norm, ((t.start, t.end) for t in toks))
+        morphs = [Morpheme(t.form, t.tag, t.start, t.end) for t in toks]
+        if starts is not None:  # map NFC coordinates back to the user's string
+            fix = _span_mapper(starts, ends)
+            segs = [fix(a, b) for a, b in segs]
+            sents = [fix(a, b) for a, b in sents]
+            morphs = [Morpheme(m.form, m.tag, *fix(m.start, m.end)) for m in morphs]
+        out.append(Analysis(text, segs, _eojeol_starts(text, segs), sents, morphs))
+    return out

@@ -1,0 +1,247 @@
+"""Text in: reading raw corpora, NFC with exact offsets back to the user's string, cleaning.
+
+Input formats (the sample files in korbert/sample_data/ double as the spec):
+  * plain text (.txt): documents separated by blank lines, or one document per line
+    (`one_doc_per_line=True`);
+  * JSON Lines (.jsonl / .json): one object per line, the text under `text_field`
+    (a list of fields is joined with a newline, e.g. ["title", "text"]);
+  * gzip of either (.gz suffix on top of the above).
+Korean text is only ever NFC-normalized: no NFD, no accent stripping, no lowercasing.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import io
+import json
+import os
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+# ---------------------------------------------------------------------------------------------
+# NFC with offsets
+# ---------------------------------------------------------------------------------------------
+
+# Conjoining jamo vowels (V) and finals (T) have combining class 0 but compose with what precedes
+# them (L+V -> LV, LV+T -> LVT), so they never start a composition-independent chunk.
+_JAMO_VT = re.compile(r"[\u1160-\u11FF\uD7B0-\uD7FF]")
+
+
+def nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
+def nfc_with_offsets(text: str) -> tuple[str, list[int] | None, list[int] | None]:
+    """NFC-normalize `text`; also return where each NFC character came from.
+
+    Returns (normalized, starts, ends): character i of `normalized` corresponds to
+    text[starts[i]:ends[i]]. starts/ends are None when `text` is already NFC (identity map).
+    A syllable composed from NFD jamo maps to all of its jamo, so slicing the user's string
+    by a mapped span never cuts a syllable in half.
+    """
+    if unicodedata.is_normalized("NFC", text):
+        return text, None, None
+    # Split into chunks that NFC can normalize independently: a new chunk starts at every
+    # starter (combining class 0) that is not a conjoining vowel/final jamo.
+    bounds = [0]
+    for i in range(1, len(text)):
+        c = text[i]
+        if unicodedata.combining(c) == 0 and not _JAMO_VT.match(c):
+            bounds.append(i)
+    bounds.append(len(text))
+    out: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    for a, b in zip(bounds, bounds[1:]):
+        chunk = nfc(text[a:b])
+        out.append(chunk)
+        n = len(chunk)
+        if n == b - a:  # nothing composed: one-to-one
+            starts.extend(range(a, b))
+            ends.extend(range(a + 1, b + 1))
+        else:  # composed: each char gets one source char, the last one takes the rest
+            starts.extend(range(a, a + n))
+            ends.extend(list(range(a + 1, a + n)) + [b])
+    normalized = "".join(out)
+    if normalized != nfc(text):  # a composition across our chunk bounds: map it as one span
+        normalized = nfc(text)
+        starts = [0] * len(normalized)
+        ends = [len(text)] * len(normalized)
+    return normalized, starts, ends
+
+
+# ---------------------------------------------------------------------------------------------
+# Cleaning
+# ---------------------------------------------------------------------------------------------
+
+# Control and format characters (Unicode Cc, Cf, Cs, Co, Cn) except tab/newline, which are
+# whitespace and collapse below. ZWJ (U+200D) and variation selectors are kept: emoji need them.
+_KEEP = {"\t", "\n", "\u200d"}
+_WS_RUN = re.compile(r"[^\S\n]+")  # whitespace other than newline
+_NL_RUN = re.compile(r"\s*\n\s*")
+
+
+def _is_control(c: str) -> bool:
+    return c not in _KEEP and unicodedata.category(c)[0] == "C"
+
+
+def clean(text: str, keep_newlines: bool = False) -> str:
+    """NFC, control characters removed, whitespace runs collapsed, ends stripped."""
+    text = nfc(text)
+    if any(_is_control(c) for c in text):
+        text = "".join(c for c in text if not _is_control(c))
+    if keep_newlines:
+        text = _NL_RUN.sub("\n", _WS_RUN.sub(" ", text))
+    else:
+        text = " ".join(text.split())
+    return text.strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading corpora
+# ---------------------------------------------------------------------------------------------
+
+
+class InputError(ValueError):
+    """A user mistake in the input (missing file, wrong format): reported without a traceback."""
+
+
+@dataclass
+class ReadStats:
+    """Documents in = documents yielded + documents skipped, by reason."""
+
+    files: int = 0
+    bytes: int = 0
+    documents_in: int = 0
+    documents_out: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    examples: dict = field(default_factory=dict)  # reason -> first "file:line" it happened at
+
+    def skip(self, reason: str, where: str) -> None:
+        self.skipped[reason] += 1
+        self.examples.setdefault(reason, where)
+
+    def as_dict(self) -> dict:
+        return {
+            "files": self.files,
+            "bytes": self.bytes,
+            "documents_in": self.documents_in,
+            "documents_used": self.documents_out,
+            "documents_skipped": dict(sorted(self.skipped.items())),
+            "first_skip_at": dict(sorted(self.examples.items())),
+        }
+
+
+def expand_inputs(inputs: Sequence[str | os.PathLike]) -> list[Path]:
+    """Files, directories (all files below, sorted) and globs -> a sorted, de-duplicated list."""
+    files: list[Path] = []
+    for spec in inputs:
+        p = Path(spec)
+        if p.is_dir():
+            files += sorted(q for q in p.rglob("*") if q.is_file() and not q.name.startswith("."))
+        elif p.is_file():
+            files.append(p)
+        else:
+            hits = sorted(Path(h) for h in glob.glob(str(spec), recursive=True) if Path(h).is_file())
+            if not hits:
+                raise InputError(f"input not found: {spec}")
+            files += hits
+    seen: set[Path] = set()
+    unique = [f for f in files if not (f.resolve() in seen or seen.add(f.resolve()))]
+    if not unique:
+        raise InputError(f"no input files in: {', '.join(map(str, inputs))}")
+    return unique
+
+
+def _open_text(path: Path) -> io.BufferedReader:
+    raw = open(path, "rb")
+    if path.suffix == ".gz":
+        return io.BufferedReader(gzip.GzipFile(fileobj=raw))  # type: ignore[arg-type]
+    return raw  # type: ignore[return-value]
+
+
+def _format_of(path: Path) -> str:
+    suffixes = [s for s in path.suffixes if s != ".gz"]
+    return "jsonl" if suffixes and suffixes[-1] in (".jsonl", ".json", ".ndjson") else "txt"
+
+
+def iter_documents(
+    inputs: Sequence[str | os.PathLike],
+    text_field: str | Sequence[str] = "text",
+    one_doc_per_line: bool = False,
+    stats: ReadStats | None = None,
+    strict: bool = False,
+) -> Iterator[tuple[str, str]]:
+    """Yield (where, raw_text) for every document, streaming; where = "file:line".
+
+    Undecodable lines and malformed JSON are counted in `stats` (or raise InputError with
+    `strict`). Cleaning and length filters are the caller's business.
+    """
+    stats = stats if stats is not None else ReadStats()
+    fields = [text_field] if isinstance(text_field, str) else list(text_field)
+    for path in expand_inputs(inputs):
+        stats.files += 1
+        fmt = _format_of(path)
+        try:
+            fh = _open_text(path)
+        except OSError as e:
+            raise InputError(f"cannot read {path}: {e.strerror}") from None
+
+        def bad(reason: str, where: str) -> None:
+            if strict:
+                raise InputError(f"{where}: {reason.replace('_', ' ')}")
+            stats.documents_in += 1
+            stats.skip(reason, where)
+
+        with fh:
+            buf: list[str] = []
+            start = 0
+            try:
+                for lineno, raw in enumerate(fh, 1):
+                    stats.bytes += len(raw)
+                    where = f"{path}:{lineno}"
+                    try:
+                        line = raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        bad("invalid_utf8", where)
+                        continue
+                    if fmt == "jsonl":
+                        if not line.strip():
+                            continue
+                        try:
+                            obj = json.loads(line)
+                            text = "\n".join(str(obj[f]) for f in fields if obj.get(f) is not None)
+                        except (json.JSONDecodeError, AttributeError, TypeError):
+                            bad("malformed_json", where)
+                            continue
+                        if not any(f in obj for f in fields):
+                            bad("missing_field", where)
+                            continue
+                        stats.documents_in += 1
+                        yield where, text
+                    elif one_doc_per_line:
+                        stats.documents_in += 1
+                        yield where, line.rstrip("\r\n")
+                    elif line.strip():
+                        if not buf:
+                            start = lineno
+                        buf.append(line)
+                    elif buf:
+                        stats.documents_in += 1
+                        yield f"{path}:{start}", "".join(buf)
+                        buf = []
+            except (OSError, EOFError, gzip.BadGzipFile) as e:
+                raise InputError(f"{path}: cannot read ({e})") from None
+            if buf:
+                stats.documents_in += 1
+                yield f"{path}:{start}", "".join(buf)
+
+
+def read_all(inputs: Iterable[str | os.PathLike], **kw) -> list[str]:
+    """Convenience for small inputs: the raw texts of every document."""
+    return [t for _, t in iter_documents(list(inputs), **kw)]

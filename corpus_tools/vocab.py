@@ -1,0 +1,217 @@
+"""Stage 1: raw text -> Kiwi morphemes -> a SentencePiece vocabulary -> a tokenizer folder.
+
+    korbert vocab --inputs corpus/*.jsonl.gz --out runs/vocab --vocab-size 32000
+
+SentencePiece is trained on morpheme-segmented text: eojeols stay separated by spaces (so "▁"
+marks a word start, as in every SentencePiece model) and the morphemes inside an eojeol are
+separated by a delimiter that SentencePiece never lets a piece cross (`pretokenization_delimiter`):
+
+    "학교에 갔다" -> "학교<d>에 갔다"  ->  pieces like "학교", "에", "▁갔다", never "교에"
+
+so a learned piece never crosses a morpheme boundary — the same rule the tokenizer applies at
+encode time. The folder written is a complete tokenizer (KorBertTokenizer.from_pretrained(out)).
+Same inputs + same options -> byte-identical spm.model, tokenizer.json and tokenizer hash.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from corpus_tools import config as C
+from corpus_tools.artifacts import read_manifest, sha256_file, write_manifest
+from corpus_tools.morph import DEFAULT_KIWI, analyze, default_threads
+from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_documents
+
+SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
+DELIM = "\x1f"  # unit separator: a control character, so cleaning guarantees it is not in the text
+FORMAT_VERSION = 1
+
+
+@dataclass
+class VocabConfig:
+    """Train a morpheme-aware SentencePiece vocabulary and write a tokenizer folder."""
+
+    inputs: list[str] = C.field(
+        [str(SAMPLE / "reviews.jsonl.gz"), str(SAMPLE / "petitions.jsonl.gz")],
+        "text files, folders or globs: .txt (blank line between documents), .jsonl, optionally .gz",
+    )
+    out: str = C.field("runs/vocab", "output folder (a tokenizer folder with manifest.json)")
+    vocab_size: int = C.field(32000, "vocabulary size, special/unused/byte tokens included")
+    model_type: str = C.field("unigram", "SentencePiece model type", choices=["unigram", "bpe"])
+    num_unused: int = C.field(100, "number of [unusedN] tokens reserved after the specials")
+    character_coverage: float = C.field(0.9995, "share of characters covered by pieces; the rest use byte fallback")
+    max_sentences: int = C.field(2_000_000, "sentences SentencePiece trains on (a seeded random sample beyond that)")
+    text_field: list[str] = C.field(["title", "text"], "JSON Lines field(s) holding the text (joined by a newline)")
+    one_doc_per_line: bool = C.field(False, "plain text: every line is a document (default: blank-line separated)")
+    seed: int = C.field(0, "seed for the sentence sample")
+    threads: int = C.field(0, "Kiwi and SentencePiece threads (0 = all cores)")
+    batch_docs: int = C.field(256, "documents per Kiwi batch")
+    force: bool = C.field(False, "rebuild even if `out` already holds this exact vocabulary")
+    show: int = C.field(3, "print this many morpheme-segmented training lines")
+
+
+def special_pieces(num_unused: int) -> list[str]:
+    return ["[MASK]"] + [f"[unused{i}]" for i in range(num_unused)]
+
+
+def segmented_sentences(texts: list[str], threads: int) -> list[str]:
+    """Kiwi-analyze texts; one SentencePiece training line per sentence."""
+    lines = []
+    for a in analyze(texts, split_sents=True, num_workers=threads):
+        segs = list(zip(a.segments, a.eojeol_start))
+        i = 0
+        for s_start, s_end in a.sentences:
+            parts: list[str] = []
+            while i < len(segs) and segs[i][0][0] < s_end:
+                (x, y), first = segs[i]
+                if parts:
+                    parts.append(" " if first else DELIM)
+                parts.append(a.text[x:y])
+                i += 1
+            if parts:
+                lines.append("".join(parts))
+    return lines
+
+
+def main(cfg: VocabConfig) -> dict:
+    from tqdm import tqdm
+
+    out = Path(cfg.out)
+    threads = cfg.threads or default_threads()
+    files = expand_inputs(cfg.inputs)
+    inputs = [{"path": str(f), "bytes": f.stat().st_size, "sha256": sha256_file(f)} for f in files]
+    config = {**C.to_dict(cfg), "threads": threads, "kiwi": DEFAULT_KIWI}
+    config.pop("force"), config.pop("show"), config.pop("out")
+    if not cfg.force and (out / "manifest.json").is_file():
+        old = read_manifest(out, "vocab")
+        if old.get("config") == config and old.get("inputs") == inputs:
+            print(f"{out}: vocabulary up to date (tokenizer {old['tokenizer_hash'][:12]}); --force rebuilds it")
+            return old
+
+    t0 = time.time()
+    stats = ReadStats()
+    rng = random.Random(cfg.seed)
+    lines: list[str] = []
+    seen = 0
+    chars = 0
+    batch: list[str] = []
+    bar = tqdm(desc="kiwi", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
+
+    def flush() -> None:
+        nonlocal seen
+        for line in segmented_sentences(batch, threads):
+            seen += 1
+            if len(lines) < cfg.max_sentences:
+                lines.append(line)
+            else:  # reservoir sample: every sentence is kept with the same probability
+                j = rng.randrange(seen)
+                if j < cfg.max_sentences:
+                    lines[j] = line
+        bar.update(len(batch))
+        bar.set_postfix(MB=f"{stats.bytes / 1e6:.1f}", sents=seen)
+        batch.clear()
+
+    for where, raw in iter_documents(files, text_field=cfg.text_field, one_doc_per_line=cfg.one_doc_per_line, stats=stats):
+        text = clean(raw)
+        if not text:
+            stats.skip("empty", where)
+            continue
+        stats.documents_out += 1
+        chars += len(text)
+        batch.append(text)
+        if len(batch) >= cfg.batch_docs:
+            flush()
+    if batch:
+        flush()
+    bar.close()
+    if not lines:
+        raise InputError(
+            f"no usable text in {', '.join(map(str, cfg.inputs))}: {stats.documents_in} documents read, "
+            f"skipped {dict(stats.skipped) or 'none'}"
+        )
+    t_kiwi = time.time() - t0
+    for line in lines[: cfg.show]:
+        print("  " + line.replace(DELIM, " + "))
+
+    model_bytes = train_spm(lines, cfg, threads)
+    t_spm = time.time() - t0 - t_kiwi
+
+    from korbert.tokenizer import SPM_FILE, KorBertTokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "manifest.json").unlink(missing_ok=True)  # the folder is unfinished until the manifest is back
+    from corpus_tools.artifacts import atomic_write_bytes
+
+    atomic_write_bytes(out / SPM_FILE, model_bytes)
+    tok = KorBertTokenizer.from_spm(out / SPM_FILE, cfg.model_type, dict(DEFAULT_KIWI))
+    tok.save_pretrained(str(out))
+    counts = {
+        **stats.as_dict(),
+        "characters": chars,
+        "sentences": seen,
+        "sentences_trained_on": len(lines),
+        "vocab_size": len(tok),
+        "seconds_kiwi": round(t_kiwi, 1),
+        "seconds_sentencepiece": round(t_spm, 1),
+    }
+    manifest = write_manifest(
+        out,
+        "vocab",
+        FORMAT_VERSION,
+        files=[SPM_FILE, "tokenizer.json", "tokenizer_config.json"],
+        config=config,
+        inputs=inputs,
+        counts=counts,
+        tokenizer_hash=tok.fingerprint,
+    )
+    skipped = sum(stats.skipped.values())
+    print(
+        f"vocab: {len(tok)} tokens from {seen} sentences of {stats.documents_out} documents "
+        f"({skipped} skipped{': ' + str(dict(stats.skipped)) if skipped else ''}) "
+        f"in {time.time() - t0:.1f}s -> {out} (tokenizer {manifest['tokenizer_hash'][:12]})"
+    )
+    return manifest
+
+
+def train_spm(lines: list[str], cfg: VocabConfig, threads: int) -> bytes:
+    import sentencepiece as spm
+
+    buf = io.BytesIO()
+    print(f"training SentencePiece ({cfg.model_type}, {cfg.vocab_size}) on {len(lines)} sentences ...", file=sys.stderr)
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines),
+            model_writer=buf,
+            model_type=cfg.model_type,
+            vocab_size=cfg.vocab_size,
+            character_coverage=cfg.character_coverage,
+            byte_fallback=True,
+            pad_id=0, pad_piece="[PAD]",
+            unk_id=1, unk_piece="[UNK]",
+            bos_id=2, bos_piece="[CLS]",
+            eos_id=3, eos_piece="[SEP]",
+            control_symbols=special_pieces(cfg.num_unused),
+            normalization_rule_name="identity",  # text is already NFC; never NFKC Korean
+            add_dummy_prefix=False,  # a text's first segment has no preceding space, so no "▁"
+            pretokenization_delimiter=DELIM,
+            max_sentence_length=1 << 15,
+            input_sentence_size=0,
+            shuffle_input_sentence=False,
+            num_threads=threads,
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        msg = str(e)
+        if "Vocabulary size" in msg:
+            raise InputError(f"the corpus is too small for --vocab-size {cfg.vocab_size}: {msg}") from None
+        raise
+    return buf.getvalue()
+
+
+def cli(argv: list[str] | None = None) -> dict:
+    return main(C.parse(VocabConfig, argv, prog="korbert vocab"))

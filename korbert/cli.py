@@ -1,0 +1,74 @@
+"""The `korbert` command: one subcommand per stage, each a thin wrapper over that stage's main(cfg).
+
+    korbert vocab     raw text -> Kiwi morphemes -> SentencePiece vocabulary -> tokenizer folder
+    korbert tokenize  show how a tokenizer folder splits text (tokens, ids, offsets)
+
+`korbert SUBCOMMAND --help` explains each one's options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _vocab(argv: list[str]) -> None:
+    from corpus_tools.vocab import cli
+
+    cli(argv)
+
+
+def _tokenize(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="korbert tokenize", description="Print tokens, ids and offsets for text.")
+    ap.add_argument("tokenizer", help="tokenizer folder (the output of `korbert vocab`)")
+    ap.add_argument("text", nargs="*", help="text to tokenize (default: read lines from stdin)")
+    ap.add_argument("--pair", help="a second segment (tokenized as [CLS] A [SEP] B [SEP])")
+    ap.add_argument("--json", action="store_true", help="one JSON object per input instead of a table")
+    a = ap.parse_args(argv)
+    from korbert.tokenizer import KorBertTokenizer
+
+    tok = KorBertTokenizer.from_pretrained(a.tokenizer)
+    texts = [" ".join(a.text)] if a.text else [line.rstrip("\n") for line in sys.stdin]
+    for text in texts:
+        enc = tok(text, a.pair, return_offsets_mapping=True)
+        tokens = tok.convert_ids_to_tokens(enc["input_ids"])
+        seq = enc.sequence_ids()
+        rows = []
+        for t, i, (s, e), q in zip(tokens, enc["input_ids"], enc["offset_mapping"], seq):
+            src = "" if q is None else (text if q == 0 else a.pair)
+            rows.append({"token": t, "id": i, "start": s, "end": e, "text": src[s:e] if src else ""})
+        if a.json:
+            print(json.dumps({"text": text, "tokens": rows}, ensure_ascii=False))
+        else:
+            print(" ".join(r["token"] for r in rows))
+            for r in rows:
+                print(f"  {r['id']:>6}  {r['start']:>4}-{r['end']:<4} {r['token']!s:<12} {r['text']!r}")
+
+
+COMMANDS = {"vocab": _vocab, "tokenize": _tokenize}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print(__doc__.strip())
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"\nkorbert: unknown command {argv[0]!r}", file=sys.stderr)
+            return 2
+        return 0
+    from corpus_tools.text import InputError
+
+    try:
+        COMMANDS[argv[0]](argv[1:])
+    except (InputError, FileNotFoundError, NotADirectoryError, PermissionError) as e:
+        print(f"korbert {argv[0]}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"korbert {argv[0]}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

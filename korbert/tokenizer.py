@@ -1,0 +1,297 @@
+"""KorBertTokenizer: Kiwi morphemes + a SentencePiece vocabulary, as a transformers fast tokenizer.
+
+How a text becomes tokens:
+
+    "나는 학교에 갔다"                      the user's string (any normalization form)
+      -> NFC (Python; offsets mapped back exactly, see corpus_tools.text.nfc_with_offsets)
+      -> Kiwi surface segments              나 | 는 | 학교 | 에 | 갔다
+      -> pre-tokens: a segment that follows whitespace takes that whitespace char as "▁"
+                                            나 | 는 | ▁학교 | 에 | ▁갔다
+      -> SentencePiece pieces (Unigram Viterbi, or BPE), byte fallback for unknown chars
+      -> [CLS] ... [SEP] (pairs: [CLS] A [SEP] B [SEP], token type ids 0/1)
+
+The backend is a real `tokenizers` Tokenizer, so truncation, padding, stride/overflow,
+`overflow_to_sample_mapping`, `sequence_ids()` and `word_ids()` are Hugging Face's own code and
+behave exactly as for any fast tokenizer. The Kiwi step is a Python pre-tokenizer attached to the
+backend; Kiwi runs once per batch, multi-threaded, before the backend sees the texts.
+
+Offsets (`return_offsets_mapping=True`) index the string the user passed: never a piece of
+whitespace unless the token is a lone "▁", never overlapping, and byte-fallback tokens of one
+character all carry that character's span (unknown characters are isolated before the model sees
+them, so byte fallback never widens to a word).
+
+Files of a tokenizer folder: tokenizer.json (backend; its pre-tokenizer entry is a placeholder,
+since the Kiwi step cannot be serialized), tokenizer_config.json, spm.model (the SentencePiece
+model it was built from) and manifest.json (hash, options, training statistics).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers.pre_tokenizers import PreTokenizer
+from transformers import TokenizersBackend
+
+from corpus_tools.morph import DEFAULT_KIWI, get_kiwi, segment_spans
+from corpus_tools.text import nfc_with_offsets
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0..4, always
+SPACE = "▁"  # U+2581, SentencePiece's whitespace marker
+SPM_FILE = "spm.model"
+FORMAT_VERSION = 1
+
+
+class KiwiPreTokenizer:
+    """The Python pre-tokenizer: splits a (NFC) string into Kiwi surface segments.
+
+    `prefetch` analyzes a whole batch with Kiwi's threads; `pre_tokenize` then only looks up the
+    spans. Strings it has not seen (pieces between special tokens) are analyzed on the spot.
+    """
+
+    def __init__(self, kiwi_options: dict, known_chars: frozenset[str]):
+        self.kiwi_options = kiwi_options
+        self.known = known_chars
+        self.cache: dict[str, list[tuple[int, int]]] = {}
+
+    def spans(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        kiwi = get_kiwi(0, **self.kiwi_options)
+        return [segment_spans(t, ((m.start, m.end) for m in toks)) for t, toks in zip(texts, kiwi.tokenize(texts))]
+
+    def prefetch(self, texts: list[str]) -> None:
+        todo = list(dict.fromkeys(t for t in texts if t and t not in self.cache))
+        if todo:
+            self.cache.update(zip(todo, self.spans(todo)))
+
+    def pieces(self, text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int, bool]]:
+        """(start, end, has_space) per pre-token; has_space: text[start] is whitespace -> "▁"."""
+        out = []
+        isolate = any(c not in self.known for c in text)
+        for a, b in spans:
+            space = a > 0 and text[a - 1].isspace()
+            if not isolate:
+                out.append((a - 1 if space else a, b, space))
+                continue
+            # Unknown characters become pre-tokens of their own, so that their byte-fallback
+            # tokens carry exactly that character's span.
+            start = a
+            for i in range(a, b + 1):
+                if i < b and text[i] in self.known:
+                    continue
+                if start < i:
+                    out.append((start - 1 if space else start, i, space))
+                elif space and i < b:  # "▁" before an unknown char stands alone
+                    out.append((start - 1, start, True))
+                space = False
+                if i < b:
+                    out.append((i, i + 1, False))
+                start = i + 1
+        return out
+
+    def split(self, _: int, normalized) -> list:
+        text = str(normalized)
+        spans = self.cache.get(text)
+        if spans is None:
+            spans = self.spans([text])[0]
+        out = []
+        for a, b, space in self.pieces(text, spans):
+            piece = normalized[a:b]
+            if space:
+                piece.map(lambda c: SPACE if c.isspace() else c)
+            out.append(piece)
+        return out
+
+    def pre_tokenize(self, pretok) -> None:
+        pretok.split(self.split)
+
+
+class KorBertTokenizer(TokenizersBackend):
+    """A transformers fast tokenizer for korbert (see the module docstring)."""
+
+    vocab_files_names = {"tokenizer_file": "tokenizer.json"}
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+
+    def __init__(self, tokenizer_file: str | None = None, kiwi_options: dict | None = None, **kwargs):
+        for name, tok in zip(("pad_token", "unk_token", "cls_token", "sep_token", "mask_token"), SPECIAL_TOKENS):
+            kwargs.setdefault(name, tok)
+        kwargs.setdefault("clean_up_tokenization_spaces", False)
+        super().__init__(tokenizer_file=tokenizer_file, kiwi_options=kiwi_options or dict(DEFAULT_KIWI), **kwargs)
+        self.kiwi_options = dict(kiwi_options or DEFAULT_KIWI)
+        vocab = self._tokenizer.get_vocab(with_added_tokens=False)
+        known = frozenset(p for p in vocab if len(p) == 1 and p not in SPECIAL_TOKENS)
+        self._kiwi = KiwiPreTokenizer(self.kiwi_options, known)
+        self._tokenizer.pre_tokenizer = PreTokenizer.custom(self._kiwi)
+
+    # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, folder: str | os.PathLike, *args, **kwargs) -> "KorBertTokenizer":
+        """Load a tokenizer folder (written by `korbert vocab` or `save_pretrained`). Local only:
+        korbert never downloads at run time."""
+        if not Path(folder, "tokenizer.json").is_file():
+            raise FileNotFoundError(f"{folder}: not a korbert tokenizer folder (no tokenizer.json)")
+        kwargs.setdefault("local_files_only", True)
+        return super().from_pretrained(str(folder), *args, **kwargs)
+
+    @classmethod
+    def convert_to_native_format(cls, trust_remote_code=False, **kwargs):
+        # transformers rebuilds subclasses' backends from the bare vocabulary list, which would drop
+        # byte fallback, the [UNK] id and the decoder: load tokenizer.json exactly as saved instead.
+        if not kwargs.get("tokenizer_file") or not os.path.isfile(kwargs["tokenizer_file"]):
+            raise FileNotFoundError(f"{kwargs.get('name_or_path', '?')}: no tokenizer.json (not a korbert tokenizer folder)")
+        return dict(kwargs)
+
+    @classmethod
+    def from_spm(
+        cls, spm_path: str | os.PathLike, model_type: str = "unigram", kiwi_options: dict | None = None
+    ) -> "KorBertTokenizer":
+        """Build the tokenizer from a SentencePiece model (`model_type` unigram or bpe) trained by
+        `corpus_tools.vocab`."""
+        import sentencepiece as spm
+
+        sp = spm.SentencePieceProcessor(model_file=str(spm_path))
+        for i, tok in enumerate(SPECIAL_TOKENS):
+            if sp.id_to_piece(i) != tok:
+                raise ValueError(f"{spm_path}: id {i} is {sp.id_to_piece(i)!r}, expected {tok!r}")
+        n = sp.get_piece_size()
+        pieces = [sp.id_to_piece(i) for i in range(n)]
+        if model_type == "bpe":
+            vocab = {p: i for i, p in enumerate(pieces)}
+            model = models.BPE(vocab=vocab, merges=_bpe_merges(sp), unk_token="[UNK]", byte_fallback=True, fuse_unk=False)
+        else:
+            # Control, unused and byte pieces must never win the Viterbi search on their own
+            # spelling (a text containing "<0x41>"); byte fallback finds them by name.
+            never = -1e9
+            vocab = [
+                (p, never if (sp.is_control(i) or sp.is_unused(i) or sp.is_byte(i)) else sp.get_score(i))
+                for i, p in enumerate(pieces)
+            ]
+            model = models.Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=True)
+        backend = Tokenizer(model)
+        backend.pre_tokenizer = _placeholder_pre_tokenizer()
+        backend.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
+        cls_id, sep_id = sp.piece_to_id("[CLS]"), sp.piece_to_id("[SEP]")
+        backend.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+        )
+        backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+        tok = cls(tokenizer_object=backend, kiwi_options=kiwi_options)
+        tok._spm_path = str(spm_path)
+        return tok
+
+    # -- identity --------------------------------------------------------------------------------
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of everything that decides the ids: vocabulary, scores/merges, specials, Kiwi options.
+
+        Shards and models record it; a stage refuses input made with another tokenizer.
+        """
+        state = json.loads(self._with_placeholder(lambda b: b.to_str()))
+        state.pop("truncation", None)
+        state.pop("padding", None)
+        ident = {"format": FORMAT_VERSION, "backend": state, "kiwi": self.kiwi_options}
+        return hashlib.sha256(json.dumps(ident, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+    # -- saving ----------------------------------------------------------------------------------
+
+    def _with_placeholder(self, fn):
+        """Run fn(backend) with the Kiwi step swapped for a serializable placeholder."""
+        custom = self._tokenizer.pre_tokenizer
+        self._tokenizer.pre_tokenizer = _placeholder_pre_tokenizer()
+        try:
+            return fn(self._tokenizer)
+        finally:
+            self._tokenizer.pre_tokenizer = custom
+
+    def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
+        path = os.path.join(str(save_directory), (filename_prefix + "-" if filename_prefix else "") + "tokenizer.json")
+        self._with_placeholder(lambda b: b.save(path))
+        spm_src = getattr(self, "_spm_path", None) or _existing(self.name_or_path, SPM_FILE)
+        out = (path,)
+        if spm_src and Path(spm_src).resolve() != Path(save_directory, SPM_FILE).resolve():
+            Path(save_directory, SPM_FILE).write_bytes(Path(spm_src).read_bytes())
+            out += (str(Path(save_directory, SPM_FILE)),)
+        return file_names + out
+
+    # -- encoding ----------------------------------------------------------------------------------
+
+    def _encode_plus(self, text, text_pair=None, **kwargs):
+        """NFC + batched Kiwi before the backend; offsets mapped back to the user's strings after."""
+        if kwargs.get("is_split_into_words"):
+            raise NotImplementedError("KorBertTokenizer segments raw text itself; pass strings, not word lists")
+        batched = isinstance(text, (list, tuple))
+        firsts = list(text) if batched else [text]
+        seconds = (list(text_pair) if batched else [text_pair]) if text_pair is not None else None
+        norm_a = [nfc_with_offsets(t) for t in firsts]
+        norm_b = [nfc_with_offsets(t) for t in seconds] if seconds is not None else None
+        self._kiwi.prefetch([n for n, _, _ in norm_a] + ([n for n, _, _ in norm_b] if norm_b else []))
+        want_offsets = kwargs.get("return_offsets_mapping", False)
+        tensors = kwargs.pop("return_tensors", None)
+        try:
+            out = super()._encode_plus(
+                [n for n, _, _ in norm_a] if batched else norm_a[0][0],
+                ([n for n, _, _ in norm_b] if batched else norm_b[0][0]) if norm_b is not None else None,
+                **kwargs,
+            )
+        finally:
+            self._kiwi.cache.clear()
+        if want_offsets:
+            self._fix_offsets(out, norm_a, norm_b)
+        if tensors is not None:
+            out.convert_to_tensors(tensors)
+        return out
+
+    def _fix_offsets(self, out, norm_a, norm_b) -> None:
+        rows = out["offset_mapping"]
+        single = bool(rows) and isinstance(rows[0], tuple)
+        rows = [rows] if single else rows
+        samples = out.get("overflow_to_sample_mapping", list(range(len(rows))))
+        fixed = []
+        for r, offsets in enumerate(rows):
+            seq_ids = out.encodings[r].sequence_ids
+            sample = samples[r]
+            new = []
+            for (a, b), seq in zip(offsets, seq_ids):
+                if seq is None or a == b:
+                    new.append((a, b))
+                    continue
+                text, starts, ends = (norm_a if seq == 0 else norm_b)[sample]
+                if b - a > 1 and text[a].isspace():  # "▁word": the "▁" is the preceding space
+                    a += 1
+                if starts is not None:
+                    a, b = starts[a], ends[b - 1]
+                new.append((a, b))
+            fixed.append(new)
+        out["offset_mapping"] = fixed[0] if single else fixed
+
+
+def _existing(folder: Any, name: str) -> str | None:
+    p = Path(str(folder), name) if folder else None
+    return str(p) if p and p.is_file() else None
+
+
+def _bpe_merges(sp) -> list[tuple[str, str]]:
+    """Merge rules of a SentencePiece BPE model: every split of a normal piece into two pieces,
+    ordered by the merged piece's rank (SentencePiece lists BPE pieces in merge order)."""
+    special = (sp.is_unknown, sp.is_control, sp.is_unused, sp.is_byte)
+    normal = {sp.id_to_piece(i): i for i in range(sp.get_piece_size()) if not any(f(i) for f in special)}
+    ranked = []
+    for piece, rank in normal.items():
+        for k in range(1, len(piece)):
+            a, b = piece[:k], piece[k:]
+            if a in normal and b in normal:
+                ranked.append((rank, normal[a], normal[b], a, b))
+    return [(a, b) for *_, a, b in sorted(ranked)]
+
+
+def _placeholder_pre_tokenizer():
+    # Stands in for the Kiwi step in tokenizer.json. Loading that file without korbert gives
+    # eojeol-level, not morpheme-level, tokens: use KorBertTokenizer.from_pretrained.
+    return pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="never", split=True)

@@ -1,0 +1,46 @@
+"""Shared fixtures: a real (small) vocabulary trained once per session on the embedded sample."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
+
+
+def sample_texts(n: int = 3000, name: str = "reviews") -> list[str]:
+    with gzip.open(SAMPLE / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
+        return [json.loads(line)["text"] for _, line in zip(range(n), f)]
+
+
+def nsmc_test_docs(n: int = 500) -> list[str]:
+    lines = (SAMPLE / "nsmc_test.txt").read_text(encoding="utf-8").splitlines()[1 : n + 1]
+    return [line.split("\t")[1] for line in lines]
+
+
+@pytest.fixture(scope="session")
+def corpus_file(tmp_path_factory) -> Path:
+    """A small JSONL corpus: 3,000 sampled reviews + 40 petitions (real text)."""
+    path = tmp_path_factory.mktemp("corpus") / "small.jsonl"
+    rows = [{"text": t} for t in sample_texts(3000)] + [{"text": t} for t in sample_texts(40, "petitions")]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def vocab_dir(tmp_path_factory, corpus_file) -> Path:
+    from corpus_tools.vocab import VocabConfig, main
+
+    out = tmp_path_factory.mktemp("vocab")
+    main(VocabConfig(inputs=[str(corpus_file)], out=str(out), vocab_size=3000, num_unused=5, show=0))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tok(vocab_dir):
+    from korbert.tokenizer import KorBertTokenizer
+
+    return KorBertTokenizer.from_pretrained(vocab_dir)

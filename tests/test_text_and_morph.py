@@ -1,0 +1,98 @@
+"""NFC with offsets, cleaning, corpus reading, and Kiwi surface segmentation."""
+
+from __future__ import annotations
+
+import gzip
+import unicodedata
+
+import pytest
+
+from corpus_tools.morph import analyze, segment_spans
+from corpus_tools.text import InputError, ReadStats, clean, iter_documents, nfc, nfc_with_offsets
+
+
+def test_nfc_keeps_korean_composed():
+    assert nfc("한국어") == "한국어"
+    assert clean("  한국어\t\t형태소  ") == "한국어 형태소"
+
+
+def test_nfc_offsets_map_whole_syllables_of_nfd_input():
+    original = unicodedata.normalize("NFD", "한국어 abc")
+    norm, starts, ends = nfc_with_offsets(original)
+    assert norm == "한국어 abc"
+    # every NFC char maps back to exactly the jamo it was composed from
+    assert [original[s:e] for s, e in zip(starts, ends)] == [unicodedata.normalize("NFD", c) for c in norm]
+    assert nfc_with_offsets("이미 NFC") == ("이미 NFC", None, None)
+
+
+def test_clean_removes_controls_keeps_emoji_zwj():
+    assert clean("가\x00나\u200b다") == "가나다"
+    family = "👨\u200d👩\u200d👧"
+    assert clean(f"가족 {family}") == f"가족 {family}"
+
+
+def test_iter_documents_formats_and_counted_skips(tmp_path):
+    (tmp_path / "a.txt").write_text("첫 문서 첫 줄\n둘째 줄\n\n둘째 문서\n", encoding="utf-8")
+    (tmp_path / "b.jsonl").write_text('{"text": "제이슨"}\n{broken\n{"other": 1}\n', encoding="utf-8")
+    with gzip.open(tmp_path / "c.txt.gz", "wb") as f:
+        f.write("압축된 문서\n".encode() + b"\xff\xfe bad bytes\n")
+    stats = ReadStats()
+    docs = [t for _, t in iter_documents([tmp_path], stats=stats)]
+    assert docs == ["첫 문서 첫 줄\n둘째 줄\n", "둘째 문서\n", "제이슨", "압축된 문서\n"]
+    assert stats.skipped == {"malformed_json": 1, "missing_field": 1, "invalid_utf8": 1}
+    assert stats.documents_in == len(docs) + sum(stats.skipped.values())
+    assert "b.jsonl:2" in stats.examples["malformed_json"]
+    with pytest.raises(InputError, match="invalid utf8"):
+        list(iter_documents([tmp_path / "c.txt.gz"], strict=True))
+    with pytest.raises(InputError, match="not found"):
+        list(iter_documents([tmp_path / "missing.txt"]))
+
+
+def test_one_doc_per_line(tmp_path):
+    (tmp_path / "d.txt").write_text("하나\n둘\n\n셋\n", encoding="utf-8")
+    assert [t for _, t in iter_documents([tmp_path / "d.txt"], one_doc_per_line=True)] == ["하나", "둘", "", "셋"]
+
+
+def test_contracted_morphemes_merge_into_surface_segments():
+    (a,) = analyze(["나는 학교에 갔다. 했습니다! 입니다"])
+    assert a.surfaces() == ["나", "는", "학교", "에", "갔", "다", ".", "했", "습니다", "!", "입니다"]
+    assert a.eojeol_start == [True, False, True, False, True, False, False, True, False, False, True]
+    # Kiwi's forms are not substrings (가+었, 이+ᆸ니다) but every segment is
+    assert {"었", "ᆸ니다"} <= {m.form for m in a.morphemes}
+
+
+def test_space_issue_187_style_no_space_input():
+    # kiwipiepy's own regression case: one eojeol, several morphemes with shared spans
+    (a,) = analyze(["때문일겁니다"])
+    assert "".join(a.surfaces()) == "때문일겁니다"
+    assert a.eojeol_start[0] and not any(a.eojeol_start[1:])
+
+
+HOSTILE = [
+    "👍🏽 한국어😀 漢字 𠀀 ㅋㅋㅋ ＡＢＣ https://x.com/a?b=1\t탭\n줄  여러   공백 ",
+    unicodedata.normalize("NFD", "한국어를 공부했다"),
+    "\x00널문자\u200b제로폭 ᄀ ㅏ",
+    "   ",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_segments_tile_every_non_space_char(text):
+    (a,) = analyze([text], split_sents=True)
+    covered = []
+    prev_end = 0
+    for s, e in a.segments:
+        assert prev_end <= s < e <= len(text)
+        assert not any(c.isspace() for c in text[s:e])
+        covered += range(s, e)
+        prev_end = e
+    assert covered == [i for i, c in enumerate(text) if not c.isspace()]
+    for s, e in a.sentences:
+        assert 0 <= s <= e <= len(text)
+
+
+def test_segment_spans_merges_overlaps_and_fills_gaps():
+    # "했다": 하(0,1) 었(0,1) 다(1,2) -> one merged segment + "다"; an uncovered "#" becomes its own
+    assert segment_spans("했다 #x", [(0, 1), (0, 1), (1, 2), (4, 5)]) == [(0, 1), (1, 2), (3, 4), (4, 5)]
+    assert segment_spans("ab", [(0, 2), (1, 1)]) == [(0, 2)]
