@@ -32,12 +32,17 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-@lru_cache(maxsize=4)
 def get_kiwi(num_workers: int = 0, model_type: str = "cong", typos: str | None = None):
-    """The process-wide Kiwi instance for these options (loading the model takes ~1 s)."""
+    """The process-wide Kiwi instance for these options (loading the model takes ~1 s).
+    num_workers 0 = all cores (the tokenizer's default)."""
+    return _load_kiwi(num_workers or default_threads(), model_type, typos)
+
+
+@lru_cache(maxsize=4)
+def _load_kiwi(num_workers: int, model_type: str, typos: str | None):
     from kiwipiepy import Kiwi
 
-    return Kiwi(num_workers=num_workers or default_threads(), model_type=model_type, typos=typos)
+    return Kiwi(num_workers=num_workers, model_type=model_type, typos=typos)
 
 
 def kiwi_version() -> str:

@@ -65,15 +65,17 @@ def segmented_sentences(texts: list[str], threads: int) -> list[str]:
     for a in analyze(texts, split_sents=True, num_workers=threads):
         segs = list(zip(a.segments, a.eojeol_start))
         i = 0
-        for s_start, s_end in a.sentences:
-            parts: list[str] = []
+        for k, (s_start, s_end) in enumerate(a.sentences):
+            # A sentence after the first follows a space in the document, so at encode time its
+            # first segment carries "▁": train on it the same way.
+            parts: list[str] = [" "] if k else []
             while i < len(segs) and segs[i][0][0] < s_end:
                 (x, y), first = segs[i]
-                if parts:
+                if parts and parts != [" "]:
                     parts.append(" " if first else DELIM)
                 parts.append(a.text[x:y])
                 i += 1
-            if parts:
+            if parts and parts != [" "]:
                 lines.append("".join(parts))
     return lines
 
@@ -198,6 +200,7 @@ def train_spm(lines: list[str], cfg: VocabConfig, threads: int) -> bytes:
             control_symbols=special_pieces(cfg.num_unused),
             normalization_rule_name="identity",  # text is already NFC; never NFKC Korean
             add_dummy_prefix=False,  # a text's first segment has no preceding space, so no "▁"
+            remove_extra_whitespaces=False,  # keep the leading space of non-first sentences
             pretokenization_delimiter=DELIM,
             max_sentence_length=1 << 15,
             input_sentence_size=0,

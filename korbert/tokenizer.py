@@ -38,7 +38,7 @@ from tokenizers.pre_tokenizers import PreTokenizer
 from transformers import TokenizersBackend
 
 from corpus_tools.morph import DEFAULT_KIWI, get_kiwi, segment_spans
-from corpus_tools.text import nfc_with_offsets
+from corpus_tools.text import nfc, nfc_with_offsets
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0..4, always
 SPACE = "▁"  # U+2581, SentencePiece's whitespace marker
@@ -246,6 +246,46 @@ class KorBertTokenizer(TokenizersBackend):
             self._fix_offsets(out, norm_a, norm_b)
         if tensors is not None:
             out.convert_to_tensors(tensors)
+        return out
+
+    def encode_documents(self, texts: list[str]) -> list[dict]:
+        """Corpus-scale encoding: one Kiwi pass gives sentences *and* morphemes, then the backend.
+
+        Texts should be cleaned (NFC) already. Returns, per text, numpy int32 arrays over its
+        tokens (no [CLS]/[SEP]): `ids`; `sentence` (index of the Kiwi sentence a token belongs
+        to); `morpheme` and `eojeol` (unit indices, for whole-morpheme / whole-eojeol masking;
+        a lone "▁" belongs to the unit after it); `offsets` (n, 2) into the text.
+        """
+        import numpy as np
+
+        texts = [nfc(t) for t in texts]
+        kiwi = get_kiwi(0, **self.kiwi_options)
+        meta = []
+        for text, sents in zip(texts, kiwi.tokenize(texts, split_sents=True)):
+            spans = segment_spans(text, ((m.start, m.end) for sent in sents for m in sent))
+            self._kiwi.cache[text] = spans
+            sent_starts = [sent[0].start for sent in sents if sent]
+            meta.append((spans, sent_starts))
+        try:
+            encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
+        finally:
+            self._kiwi.cache.clear()
+        out = []
+        for text, (spans, sent_starts), enc in zip(texts, meta, encodings):
+            seg_starts = np.fromiter((a for a, _ in spans), np.int64, len(spans))
+            eojeol_of_seg = np.cumsum([a == 0 or text[a - 1].isspace() for a, _ in spans]) - 1
+            offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+            # a lone "▁" spans the whitespace before its unit: look one character right
+            pos = offsets[:, 0] + np.fromiter((text[a].isspace() for a, _ in offsets), bool, len(offsets))
+            seg = np.searchsorted(seg_starts, pos, side="right") - 1
+            sent = np.searchsorted(np.asarray(sent_starts, dtype=np.int64), pos, side="right") - 1
+            out.append({
+                "ids": np.asarray(enc.ids, dtype=np.int32),
+                "sentence": np.maximum(sent, 0).astype(np.int32),
+                "morpheme": seg.astype(np.int32),
+                "eojeol": eojeol_of_seg[seg].astype(np.int32) if len(seg) else seg.astype(np.int32),
+                "offsets": offsets.astype(np.int32),
+            })
         return out
 
     def _fix_offsets(self, out, norm_a, norm_b) -> None:
