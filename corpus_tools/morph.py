@@ -18,6 +18,7 @@ analyzed with Kiwi's own worker threads.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Sequence
@@ -84,47 +85,54 @@ class Analysis:
         return "".join(out)
 
 
+_WS = re.compile(r"\s")
+
+
 def segment_spans(text: str, spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """Merge Kiwi morpheme spans (in `text`'s coordinates) into surface segments.
 
     Overlapping spans merge; zero-length spans join the segment they touch; non-space characters
     Kiwi did not cover become segments of their own (one per run); whitespace always splits.
+    (This runs once per text inside the tokenizer: the common path is kept to C-level checks.)
     """
-    merged: list[list[int]] = []
-    for s, e in spans:
-        if merged and (s < merged[-1][1] or (s == e and s <= merged[-1][1])):
-            merged[-1][1] = max(merged[-1][1], e)
-        elif s < e:
-            merged.append([s, e])
     out: list[tuple[int, int]] = []
-    pos = 0
-    for s, e in merged + [[len(text), len(text)]]:
-        s = max(s, pos)  # Kiwi spans are ordered; be safe anyway
-        if pos < s:  # characters Kiwi left out: split them at whitespace
-            out += _split_ws(text, pos, s)
-        if s < e:
-            out += _split_ws(text, s, e)
-        pos = max(pos, e)
+    pos = 0  # everything before pos is emitted
+    cur_s = cur_e = -1
+    for s, e in spans:
+        if cur_e >= 0 and (s < cur_e or (s == e and s <= cur_e)):
+            if e > cur_e:
+                cur_e = e
+            continue
+        if s >= e:
+            continue
+        if cur_e >= 0:
+            pos = _emit(text, pos, cur_s, cur_e, out)
+        cur_s, cur_e = s, e
+    if cur_e >= 0:
+        pos = _emit(text, pos, cur_s, cur_e, out)
+    if pos < len(text) and not text[pos:].isspace():
+        out += _split_ws(text, pos, len(text))
     return out
+
+
+def _emit(text: str, pos: int, s: int, e: int, out: list) -> int:
+    s = max(s, pos)  # Kiwi spans are ordered; be safe anyway
+    if pos < s and not text[pos:s].isspace():  # characters Kiwi left out
+        out += _split_ws(text, pos, s)
+    if s < e:
+        if _WS.search(text, s, e):
+            out += _split_ws(text, s, e)
+        else:
+            out.append((s, e))
+    return max(pos, e)
 
 
 def _split_ws(text: str, a: int, b: int) -> list[tuple[int, int]]:
     """Maximal non-whitespace runs of text[a:b]."""
-    piece = text[a:b]
-    if not any(c.isspace() for c in piece):
-        return [(a, b)]
-    runs: list[tuple[int, int]] = []
-    start = None
-    for i in range(a, b):
-        if text[i].isspace():
-            if start is not None:
-                runs.append((start, i))
-                start = None
-        elif start is None:
-            start = i
-    if start is not None:
-        runs.append((start, b))
-    return runs
+    return [(m.start(), m.end()) for m in _NON_WS.finditer(text, a, b)]
+
+
+_NON_WS = re.compile(r"\S+")
 
 
 def _eojeol_starts(text: str, segments: Sequence[tuple[int, int]]) -> list[bool]:

@@ -12,8 +12,12 @@ How a text becomes tokens:
 
 The backend is a real `tokenizers` Tokenizer, so truncation, padding, stride/overflow,
 `overflow_to_sample_mapping`, `sequence_ids()` and `word_ids()` are Hugging Face's own code and
-behave exactly as for any fast tokenizer. The Kiwi step is a Python pre-tokenizer attached to the
-backend; Kiwi runs once per batch, multi-threaded, before the backend sees the texts.
+behave exactly as for any fast tokenizer. korbert computes the words (pre-tokens) itself, with one
+multi-threaded Kiwi call per batch, and hands them to the backend as pretokenized input; the
+backend's word-relative offsets are then mapped back to the user's strings. (A Python pre-tokenizer
+inside Rust's threads would cost a GIL round trip per text: measured 2x slower.) `word_ids()` are
+indices of these words. BatchEncoding's char_to_token / token_to_chars / word_to_chars see the
+word-relative coordinates and are not supported: use `offset_mapping`.
 
 Offsets (`return_offsets_mapping=True`) index the string the user passed: never a piece of
 whitespace unless the token is a lone "▁", never overlapping, and byte-fallback tokens of one
@@ -30,6 +34,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,67 +52,109 @@ SPM_FILE = "spm.model"
 FORMAT_VERSION = 1
 
 
-class KiwiPreTokenizer:
-    """The Python pre-tokenizer: splits a (NFC) string into Kiwi surface segments.
+class Segmenter:
+    """Texts -> pre-tokens ("words") and where each starts, with one batched Kiwi call.
 
-    `prefetch` analyzes a whole batch with Kiwi's threads; `pre_tokenize` then only looks up the
-    spans. Strings it has not seen (pieces between special tokens) are analyzed on the spot.
+    A word is a Kiwi surface segment; when whitespace precedes the segment, that whitespace char
+    is the word's first char, spelled "▁". Unknown characters (not in the vocabulary) become words
+    of their own, so their byte-fallback tokens carry exactly their span. Special tokens written
+    in the text ("[MASK]") are cut out first and stay whole.
     """
 
     def __init__(self, kiwi_options: dict, known_chars: frozenset[str]):
         self.kiwi_options = kiwi_options
         self.known = known_chars
-        self.cache: dict[str, list[tuple[int, int]]] = {}
+        self._special: tuple[tuple[str, ...], re.Pattern | None] = ((), None)
 
-    def spans(self, texts: list[str]) -> list[list[tuple[int, int]]]:
-        kiwi = get_kiwi(0, **self.kiwi_options)
-        return [segment_spans(t, ((m.start, m.end) for m in toks)) for t, toks in zip(texts, kiwi.tokenize(texts))]
+    def special_pattern(self, tokens) -> re.Pattern | None:
+        tokens = tuple(tokens)
+        if tokens != self._special[0]:
+            alts = "|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True))
+            self._special = (tokens, re.compile(alts) if alts else None)
+        return self._special[1]
 
-    def prefetch(self, texts: list[str]) -> None:
-        todo = list(dict.fromkeys(t for t in texts if t and t not in self.cache))
-        if todo:
-            self.cache.update(zip(todo, self.spans(todo)))
-
-    def pieces(self, text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int, bool]]:
-        """(start, end, has_space) per pre-token; has_space: text[start] is whitespace -> "▁"."""
+    def words(self, texts: list[str], specials=(), split_sents: bool = False) -> list[dict]:
+        """Per text: {"words", "starts"} (+ "sentences", "segments" with split_sents)."""
+        pattern = self.special_pattern(specials)
+        plans, plain = [], []
+        for text in texts:
+            parts, pos = [], 0
+            for m in pattern.finditer(text) if pattern else ():
+                if m.start() > pos:
+                    parts.append((pos, text[pos : m.start()], False))
+                parts.append((m.start(), m.group(), True))
+                pos = m.end()
+            if pos < len(text) or not parts:
+                parts.append((pos, text[pos:], False))
+            plans.append(parts)
+            plain += [chunk for _, chunk, special in parts if not special]
+        analyses = iter(get_kiwi(0, **self.kiwi_options).tokenize(plain, split_sents=split_sents))
         out = []
-        isolate = any(c not in self.known for c in text)
+        for parts in plans:
+            words: list[str] = []
+            starts: list[int] = []
+            sentences: list[int] = []
+            segments: list[tuple[int, int]] = []
+            for off, chunk, special in parts:
+                if special:
+                    words.append(chunk)
+                    starts.append(off)
+                    segments.append((off, off + len(chunk)))
+                    continue
+                morphs = next(analyses)
+                if split_sents:
+                    sentences += [off + sent[0].start for sent in morphs if sent]
+                    morphs = [m for sent in morphs for m in sent]
+                spans = segment_spans(chunk, ((m.start, m.end) for m in morphs))
+                if split_sents:
+                    segments += [(off + a, off + b) for a, b in spans]
+                for a, b in self.pieces(chunk, spans):
+                    w = chunk[a:b]
+                    words.append(SPACE + w[1:] if w[0].isspace() else w)
+                    starts.append(off + a)
+            out.append({"words": words, "starts": starts, "sentences": sentences, "segments": segments})
+        return out
+
+    def pieces(self, text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Word spans: each segment, extended one char to the left when whitespace precedes it
+        (that char becomes the "▁"); unknown characters split off as words of their own."""
+        out = []
+        isolate = not self.known.issuperset(text)
         for a, b in spans:
             space = a > 0 and text[a - 1].isspace()
             if not isolate:
-                out.append((a - 1 if space else a, b, space))
+                out.append((a - 1 if space else a, b))
                 continue
-            # Unknown characters become pre-tokens of their own, so that their byte-fallback
-            # tokens carry exactly that character's span.
             start = a
             for i in range(a, b + 1):
                 if i < b and text[i] in self.known:
                     continue
                 if start < i:
-                    out.append((start - 1 if space else start, i, space))
+                    out.append((start - 1 if space else start, i))
                 elif space and i < b:  # "▁" before an unknown char stands alone
-                    out.append((start - 1, start, True))
+                    out.append((start - 1, start))
                 space = False
                 if i < b:
-                    out.append((i, i + 1, False))
+                    out.append((i, i + 1))
                 start = i + 1
         return out
 
+
+class KiwiPreTokenizer:
+    """The same segmentation as a `tokenizers` pre-tokenizer, for code that calls the backend
+    directly (`tok.backend_tokenizer.encode(text)`). KorBertTokenizer's own calls bypass it: they
+    hand the backend ready words, which avoids a Python callback per text inside Rust threads."""
+
+    def __init__(self, segmenter: Segmenter):
+        self.segmenter = segmenter
+
     def split(self, _: int, normalized) -> list:
-        text = str(normalized)
-        spans = self.cache.get(text)
-        if spans is None:
-            spans = self.spans([text])[0]
-        out = []
-        for a, b, space in self.pieces(text, spans):
-            piece = normalized[a:b]
-            if space:
-                piece.map(lambda c: SPACE if c.isspace() else c)
-            out.append(piece)
-        return out
+        (seg,) = self.segmenter.words([str(normalized)])
+        return [normalized[a : a + len(w)] for w, a in zip(seg["words"], seg["starts"])]
 
     def pre_tokenize(self, pretok) -> None:
         pretok.split(self.split)
+        pretok.normalize(lambda n: n.replace(" ", SPACE))
 
 
 class KorBertTokenizer(TokenizersBackend):
@@ -123,8 +171,8 @@ class KorBertTokenizer(TokenizersBackend):
         self.kiwi_options = dict(kiwi_options or DEFAULT_KIWI)
         vocab = self._tokenizer.get_vocab(with_added_tokens=False)
         known = frozenset(p for p in vocab if len(p) == 1 and p not in SPECIAL_TOKENS)
-        self._kiwi = KiwiPreTokenizer(self.kiwi_options, known)
-        self._tokenizer.pre_tokenizer = PreTokenizer.custom(self._kiwi)
+        self._segmenter = Segmenter(self.kiwi_options, known)
+        self._tokenizer.pre_tokenizer = PreTokenizer.custom(KiwiPreTokenizer(self._segmenter))
 
     # -- construction --------------------------------------------------------------------------
 
@@ -222,31 +270,66 @@ class KorBertTokenizer(TokenizersBackend):
 
     # -- encoding ----------------------------------------------------------------------------------
 
+    @contextmanager
+    def _words_mode(self):
+        """The backend takes ready words (is_pretokenized): no pre-tokenizer runs inside Rust."""
+        custom = self._tokenizer.pre_tokenizer
+        self._tokenizer.pre_tokenizer = None
+        try:
+            yield
+        finally:
+            self._tokenizer.pre_tokenizer = custom
+
     def _encode_plus(self, text, text_pair=None, **kwargs):
-        """NFC + batched Kiwi before the backend; offsets mapped back to the user's strings after."""
+        """NFC + batched Kiwi -> words -> HF's backend call; offsets mapped back to the user's strings."""
         if kwargs.get("is_split_into_words"):
             raise NotImplementedError("KorBertTokenizer segments raw text itself; pass strings, not word lists")
         batched = isinstance(text, (list, tuple))
-        firsts = list(text) if batched else [text]
-        seconds = (list(text_pair) if batched else [text_pair]) if text_pair is not None else None
-        norm_a = [nfc_with_offsets(t) for t in firsts]
-        norm_b = [nfc_with_offsets(t) for t in seconds] if seconds is not None else None
-        self._kiwi.prefetch([n for n, _, _ in norm_a] + ([n for n, _, _ in norm_b] if norm_b else []))
-        want_offsets = kwargs.get("return_offsets_mapping", False)
+        norm_a = [nfc_with_offsets(t) for t in (text if batched else [text])]
+        norm_b = [nfc_with_offsets(t) for t in (text_pair if batched else [text_pair])] if text_pair is not None else []
+        segs = self._segmenter.words([n for n, _, _ in norm_a + norm_b], self.added_tokens_encoder)
+        seg_a, seg_b = segs[: len(norm_a)], segs[len(norm_a) :]
+        words_a = [s["words"] for s in seg_a]
+        words_b = [s["words"] for s in seg_b] if text_pair is not None else None
         tensors = kwargs.pop("return_tensors", None)
-        try:
+        kwargs["is_split_into_words"] = True
+        with self._words_mode():
             out = super()._encode_plus(
-                [n for n, _, _ in norm_a] if batched else norm_a[0][0],
-                ([n for n, _, _ in norm_b] if batched else norm_b[0][0]) if norm_b is not None else None,
+                words_a if batched else words_a[0],
+                (words_b if batched else words_b[0]) if words_b is not None else None,
                 **kwargs,
             )
-        finally:
-            self._kiwi.cache.clear()
-        if want_offsets:
-            self._fix_offsets(out, norm_a, norm_b)
+        if kwargs.get("return_offsets_mapping"):
+            self._fix_offsets(out, (norm_a, seg_a), (norm_b, seg_b))
         if tensors is not None:
             out.convert_to_tensors(tensors)
         return out
+
+    def _fix_offsets(self, out, side_a, side_b) -> None:
+        """Word-relative backend offsets -> offsets in the user's original strings."""
+        rows = out["offset_mapping"]
+        single = bool(rows) and isinstance(rows[0], tuple)
+        rows = [rows] if single else rows
+        samples = out.get("overflow_to_sample_mapping", list(range(len(rows))))
+        fixed = []
+        for r, offsets in enumerate(rows):
+            enc = out.encodings[r]
+            new = []
+            for (a, b), seq, w in zip(offsets, enc.sequence_ids, enc.word_ids):
+                if seq is None or w is None:
+                    new.append((a, b))
+                    continue
+                norms, segs = side_a if seq == 0 else side_b
+                text, starts, ends = norms[samples[r]]
+                base = segs[samples[r]]["starts"][w]
+                a, b = base + a, base + b
+                if b - a > 1 and text[a].isspace():  # "▁word": the "▁" is the preceding space
+                    a += 1
+                if starts is not None:  # NFC -> original (NFD input)
+                    a, b = starts[a], ends[b - 1]
+                new.append((a, b))
+            fixed.append(new)
+        out["offset_mapping"] = fixed[0] if single else fixed
 
     def encode_documents(self, texts: list[str]) -> list[dict]:
         """Corpus-scale encoding: one Kiwi pass gives sentences *and* morphemes, then the backend.
@@ -259,57 +342,30 @@ class KorBertTokenizer(TokenizersBackend):
         import numpy as np
 
         texts = [nfc(t) for t in texts]
-        kiwi = get_kiwi(0, **self.kiwi_options)
-        meta = []
-        for text, sents in zip(texts, kiwi.tokenize(texts, split_sents=True)):
-            spans = segment_spans(text, ((m.start, m.end) for sent in sents for m in sent))
-            self._kiwi.cache[text] = spans
-            sent_starts = [sent[0].start for sent in sents if sent]
-            meta.append((spans, sent_starts))
-        try:
-            encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
-        finally:
-            self._kiwi.cache.clear()
+        segs = self._segmenter.words(texts, self.added_tokens_encoder, split_sents=True)
+        with self._words_mode():
+            encodings = self._tokenizer.encode_batch([s["words"] for s in segs], is_pretokenized=True, add_special_tokens=False)
         out = []
-        for text, (spans, sent_starts), enc in zip(texts, meta, encodings):
-            seg_starts = np.fromiter((a for a, _ in spans), np.int64, len(spans))
-            eojeol_of_seg = np.cumsum([a == 0 or text[a - 1].isspace() for a, _ in spans]) - 1
-            offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+        for text, seg, enc in zip(texts, segs, encodings):
+            n = len(enc.ids)
+            word = np.asarray(enc.word_ids, dtype=np.int64)
+            starts = np.asarray(seg["starts"], dtype=np.int64)
+            rel = np.asarray(enc.offsets, dtype=np.int64).reshape(n, 2)
+            offsets = rel + (starts[word][:, None] if n else 0)
+            seg_starts = np.asarray([a for a, _ in seg["segments"]], dtype=np.int64)
+            eojeol_of_seg = np.cumsum([a == 0 or text[a - 1].isspace() for a, _ in seg["segments"]], dtype=np.int64) - 1
             # a lone "▁" spans the whitespace before its unit: look one character right
-            pos = offsets[:, 0] + np.fromiter((text[a].isspace() for a, _ in offsets), bool, len(offsets))
-            seg = np.searchsorted(seg_starts, pos, side="right") - 1
-            sent = np.searchsorted(np.asarray(sent_starts, dtype=np.int64), pos, side="right") - 1
+            pos = offsets[:, 0] + np.fromiter((text[a].isspace() for a in offsets[:, 0]), bool, n)
+            morpheme = np.searchsorted(seg_starts, pos, side="right") - 1
+            sentence = np.searchsorted(np.asarray(seg["sentences"], dtype=np.int64), pos, side="right") - 1
             out.append({
                 "ids": np.asarray(enc.ids, dtype=np.int32),
-                "sentence": np.maximum(sent, 0).astype(np.int32),
-                "morpheme": seg.astype(np.int32),
-                "eojeol": eojeol_of_seg[seg].astype(np.int32) if len(seg) else seg.astype(np.int32),
+                "sentence": np.maximum(sentence, 0).astype(np.int32),
+                "morpheme": morpheme.astype(np.int32),
+                "eojeol": eojeol_of_seg[morpheme].astype(np.int32) if n else morpheme.astype(np.int32),
                 "offsets": offsets.astype(np.int32),
             })
         return out
-
-    def _fix_offsets(self, out, norm_a, norm_b) -> None:
-        rows = out["offset_mapping"]
-        single = bool(rows) and isinstance(rows[0], tuple)
-        rows = [rows] if single else rows
-        samples = out.get("overflow_to_sample_mapping", list(range(len(rows))))
-        fixed = []
-        for r, offsets in enumerate(rows):
-            seq_ids = out.encodings[r].sequence_ids
-            sample = samples[r]
-            new = []
-            for (a, b), seq in zip(offsets, seq_ids):
-                if seq is None or a == b:
-                    new.append((a, b))
-                    continue
-                text, starts, ends = (norm_a if seq == 0 else norm_b)[sample]
-                if b - a > 1 and text[a].isspace():  # "▁word": the "▁" is the preceding space
-                    a += 1
-                if starts is not None:
-                    a, b = starts[a], ends[b - 1]
-                new.append((a, b))
-            fixed.append(new)
-        out["offset_mapping"] = fixed[0] if single else fixed
 
 
 def _existing(folder: Any, name: str) -> str | None:
