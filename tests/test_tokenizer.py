@@ -75,6 +75,12 @@ def test_no_token_crosses_a_morpheme_or_space(tok):
             assert any(a0 <= s and e <= b0 for a0, b0 in a.segments), (text, text[s:e])
 
 
+def test_direct_backend_call_segments_the_same_way(tok):
+    # tok.backend_tokenizer.encode(text) takes the Kiwi pre-tokenizer path, tok(text) the word path
+    for text in nsmc_test_docs(200) + HOSTILE[:7]:
+        assert tok.backend_tokenizer.encode(text).ids == tok(text)["input_ids"], text
+
+
 def test_decode_restores_text(tok):
     for text in nsmc_test_docs(200) + HOSTILE[:6]:
         ids = tok(text)["input_ids"]
