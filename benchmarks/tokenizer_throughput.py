@@ -12,6 +12,7 @@ Writes benchmarks/results/tokenizer-throughput.json.
 from __future__ import annotations
 
 import argparse
+import os
 import gzip
 import json
 import platform
@@ -35,8 +36,6 @@ def jsonl_texts(path: Path) -> list[str]:
 
 
 def machine() -> dict:
-    import os
-
     cpu = "unknown"
     try:
         cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
@@ -66,26 +65,31 @@ def main() -> dict:
     chars = sum(map(len, docs))
     print(f"NSMC-R test: {len(docs)} documents, {chars} characters; {threads} threads; batch {a.batch}")
 
-    def run_kiwi() -> float:
-        t = time.perf_counter()
-        for _ in kiwi.tokenize(docs):
-            pass
-        return time.perf_counter() - t
+    def timed(fn) -> tuple[float, float]:
+        """(wall seconds, CPU seconds of this process, all threads: robust to other load)."""
+        w, c = time.perf_counter(), time.process_time()
+        fn()
+        return time.perf_counter() - w, time.process_time() - c
 
-    def run_korbert() -> float:
-        t = time.perf_counter()
-        for i in range(0, len(docs), a.batch):
-            tok(docs[i : i + a.batch], return_offsets_mapping=True)
-        return time.perf_counter() - t
+    def run_kiwi() -> tuple[float, float]:
+        return timed(lambda: [None for _ in kiwi.tokenize(docs)])
+
+    def run_korbert() -> tuple[float, float]:
+        return timed(lambda: [tok(docs[i : i + a.batch], return_offsets_mapping=True) for i in range(0, len(docs), a.batch)])
 
     run_kiwi(), run_korbert()  # warm-up: model pages, caches
     times = {"kiwi": [], "korbert": []}
+    cpu = {"kiwi": [], "korbert": []}
     for r in range(a.rounds):
         for name, fn in (("kiwi", run_kiwi), ("korbert", run_korbert)) if r % 2 == 0 else (("korbert", run_korbert), ("kiwi", run_kiwi)):
-            times[name].append(fn())
-            print(f"  round {r + 1} {name:8s} {chars / times[name][-1]:>12,.0f} chars/s")
+            wall, cpu_s = fn()
+            times[name].append(wall)
+            cpu[name].append(cpu_s)
+            print(f"  round {r + 1} {name:8s} {chars / wall:>12,.0f} chars/s   {chars / cpu_s:>10,.0f} chars/CPU-s")
     kiwi_cps = chars / statistics.median(times["kiwi"])
     korbert_cps = chars / statistics.median(times["korbert"])
+    cpu_ratio = statistics.median(cpu["kiwi"]) / statistics.median(cpu["korbert"])
+    load = os.getloadavg()[0]
 
     def quality(texts: list[str]) -> dict:
         n_tok = n_unk = n_byte = n_char = 0
@@ -117,12 +121,16 @@ def main() -> dict:
         "kiwi_chars_per_s": round(kiwi_cps),
         "korbert_chars_per_s": round(korbert_cps),
         "ratio_korbert_to_kiwi": round(korbert_cps / kiwi_cps, 3),
+        "ratio_korbert_to_kiwi_cpu_time": round(cpu_ratio, 3),
         "seconds": {k: [round(x, 3) for x in v] for k, v in times.items()},
+        "cpu_seconds": {k: [round(x, 3) for x in v] for k, v in cpu.items()},
+        "load_average_1min_at_end": round(load, 2),
         "nsmc_test": q_nsmc,
         "petitions": q_pet,
     }
     print(f"bare Kiwi   {kiwi_cps:>12,.0f} chars/s")
     print(f"korbert     {korbert_cps:>12,.0f} chars/s   ratio {korbert_cps / kiwi_cps:.3f} (target >= 0.8)")
+    print(f"CPU-time ratio {cpu_ratio:.3f} (Kiwi CPU-s / korbert CPU-s); 1-min load average {load:.2f}")
     for name, q in (("NSMC-R test", q_nsmc), ("petitions", q_pet)):
         print(f"{name:12s} [UNK] rate {q['unk_rate']:.6f}  tokens/char {q['tokens_per_char']:.3f}  byte-fallback share {q['byte_fallback_token_share']:.5f}")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -98,6 +98,7 @@ def segment_spans(text: str, spans: Iterable[tuple[int, int]]) -> list[tuple[int
     out: list[tuple[int, int]] = []
     pos = 0  # everything before pos is emitted
     cur_s = cur_e = -1
+    search = _WS.search
     for s, e in spans:
         if cur_e >= 0 and (s < cur_e or (s == e and s <= cur_e)):
             if e > cur_e:
@@ -106,7 +107,14 @@ def segment_spans(text: str, spans: Iterable[tuple[int, int]]) -> list[tuple[int
         if s >= e:
             continue
         if cur_e >= 0:
-            pos = _emit(text, pos, cur_s, cur_e, out)
+            if pos == cur_s or (pos < cur_s and text[pos:cur_s].isspace()):
+                if search(text, cur_s, cur_e):  # common path, inlined: a clean segment
+                    out += _split_ws(text, cur_s, cur_e)
+                else:
+                    out.append((cur_s, cur_e))
+                pos = cur_e
+            else:
+                pos = _emit(text, pos, cur_s, cur_e, out)
         cur_s, cur_e = s, e
     if cur_e >= 0:
         pos = _emit(text, pos, cur_s, cur_e, out)

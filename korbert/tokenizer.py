@@ -109,6 +109,15 @@ class Segmenter:
                 spans = segment_spans(chunk, ((m.start, m.end) for m in morphs))
                 if split_sents:
                     segments += [(off + a, off + b) for a, b in spans]
+                if self.known.issuperset(chunk):  # common path: no unknown character
+                    for a, b in spans:
+                        if a and chunk[a - 1].isspace():
+                            words.append(SPACE + chunk[a:b])
+                            starts.append(off + a - 1)
+                        else:
+                            words.append(chunk[a:b])
+                            starts.append(off + a)
+                    continue
                 for a, b in self.pieces(chunk, spans):
                     w = chunk[a:b]
                     words.append(SPACE + w[1:] if w[0].isspace() else w)
@@ -313,18 +322,17 @@ class KorBertTokenizer(TokenizersBackend):
         rows = out["offset_mapping"]
         single = bool(rows) and isinstance(rows[0], tuple)
         rows = [rows] if single else rows
-        samples = out.get("overflow_to_sample_mapping", list(range(len(rows))))
+        samples = out.get("overflow_to_sample_mapping", range(len(rows)))
         fixed = []
-        for r, offsets in enumerate(rows):
-            enc = out.encodings[r]
+        for offsets, enc, sample in zip(rows, out.encodings, samples):
+            sides = [(*norms[sample], segs[sample]["starts"]) for norms, segs in (side_a, side_b) if norms]
             new = []
             for (a, b), seq, w in zip(offsets, enc.sequence_ids, enc.word_ids):
-                if seq is None or w is None:
+                if w is None:  # [CLS], [SEP], padding
                     new.append((a, b))
                     continue
-                norms, segs = side_a if seq == 0 else side_b
-                text, starts, ends = norms[samples[r]]
-                base = segs[samples[r]]["starts"][w]
+                text, starts, ends, word_starts = sides[seq]
+                base = word_starts[w]
                 a, b = base + a, base + b
                 if b - a > 1 and text[a].isspace():  # "▁word": the "▁" is the preceding space
                     a += 1
