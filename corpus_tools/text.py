@@ -90,10 +90,24 @@ def _is_control(c: str) -> bool:
     return c not in _KEEP and unicodedata.category(c)[0] == "C"
 
 
+# For a fast check that a text holds no character to remove: map the characters that are
+# "nonprintable" (Unicode Other/Separator) but kept (tab, newline, ZWJ, the Zs/Zl/Zp spaces) to
+# printable ones; then str.isprintable() (C speed) is True exactly when nothing is to be removed.
+_KEPT_AS_PRINTABLE = str.maketrans(
+    {c: " " for c in "\t\n\u00a0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B)))}
+    | {"\u200d": "x"}
+)
+
+
+def has_control(text: str) -> bool:
+    """True when `clean` would remove characters (Unicode Cc/Cf/Cs/Co/Cn other than tab, newline, ZWJ)."""
+    return not text.isprintable() and not text.translate(_KEPT_AS_PRINTABLE).isprintable()
+
+
 def clean(text: str, keep_newlines: bool = False) -> str:
     """NFC, control characters removed, whitespace runs collapsed, ends stripped."""
     text = nfc(text)
-    if any(_is_control(c) for c in text):
+    if has_control(text):
         text = "".join(c for c in text if not _is_control(c))
     if keep_newlines:
         text = _NL_RUN.sub("\n", _WS_RUN.sub(" ", text))

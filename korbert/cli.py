@@ -2,6 +2,8 @@
 
     korbert vocab     raw text -> Kiwi morphemes -> SentencePiece vocabulary -> tokenizer folder
     korbert tokenize  show how a tokenizer folder splits text (tokens, ids, offsets)
+    korbert shards    raw text -> BERT pretraining instances (NSP pairs + MLM) in checksummed shards
+    korbert shards-merge  one manifest over the part-*/ folders of a --num-parts run
 
 `korbert SUBCOMMAND --help` explains each one's options.
 """
@@ -17,6 +19,18 @@ def _vocab(argv: list[str]) -> None:
     from corpus_tools.vocab import cli
 
     cli(argv)
+
+
+def _shards(argv: list[str]) -> None:
+    from corpus_tools.shards import cli
+
+    cli(argv)
+
+
+def _shards_merge(argv: list[str]) -> None:
+    from corpus_tools.shards import merge_cli
+
+    merge_cli(argv)
 
 
 def _tokenize(argv: list[str]) -> None:
@@ -46,7 +60,7 @@ def _tokenize(argv: list[str]) -> None:
                 print(f"  {r['id']:>6}  {r['start']:>4}-{r['end']:<4} {r['token']!s:<12} {r['text']!r}")
 
 
-COMMANDS = {"vocab": _vocab, "tokenize": _tokenize}
+COMMANDS = {"vocab": _vocab, "tokenize": _tokenize, "shards": _shards, "shards-merge": _shards_merge}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,936 @@
+"""Stage 2: raw text -> BERT pretraining instances (NSP pairs + MLM) in checksummed shards.
+
+    korbert shards --tokenizer runs/vocab --inputs corpus/*.jsonl.gz --out runs/shards
+
+Pipeline, streamed in batches of `batch_docs` documents (memory stays flat, however large the
+corpus): read (`iter_documents`) -> `clean` -> filters (every skip counted by reason) ->
+`KorBertTokenizer.encode_documents` (ONE Kiwi pass per batch: token ids, sentences, morpheme and
+eojeol units) -> BERT's recipe -> columns appended to the shard being written.
+
+The recipe (google-research/bert create_pretraining_data.py, on token slices):
+  * a document is a list of Kiwi sentences; sentences are gathered into a chunk until it holds
+    `max_seq_len - 3` tokens (with probability `short_seq_prob` a shorter random target is drawn,
+    once per document, as BERT does); the chunk is cut at a random sentence boundary into A and B;
+  * B is the actual continuation (IsNext, label 0) with probability 0.5, else a random span of
+    another document (NotNext, label 1) and the unused sentences go back for the next chunk. A
+    chunk of a single sentence can only be NotNext: corpora of one-sentence documents (reviews)
+    therefore have fewer than 50% IsNext pairs; the manifest counts these `forced_random_next`;
+  * the longer of A/B loses tokens, front or back at random, until the pair fits (a sentence longer
+    than the budget is simply truncated with the rest); `[CLS] A [SEP] B [SEP]`;
+  * MLM (`mask_tokens`, one function for both modes): round(15%) of the non-special tokens (>= 1),
+    whole units (`mask_unit` token|morpheme|eojeol) at a time; each chosen token becomes [MASK] 80%,
+    a random *normal* piece 10%, itself 10%. `static` writes `dupe_factor` differently masked
+    copies; `dynamic` (default) writes unmasked pairs plus unit ids, and the pretraining loader calls
+    `mask_tokens` anew every epoch (see `ShardReader.masked`).
+
+"Random B from another document": BERT draws from the whole corpus, which a stream cannot. Here B
+comes from a seeded uniform pick among the *earlier* documents of the same shard and split, a pool
+bounded to the last `pool_tokens` tokens (oldest documents dropped first). So negatives come from
+nearby documents (often similar topic: somewhat harder NSP than BERT's), shards stay independent of
+each other (resume), and the first document of a shard has no partner (a one-sentence chunk there
+is dropped and counted as `unpaired_chunks`; a longer one becomes IsNext). Validation documents
+only ever pair with validation documents.
+
+Determinism and resume. Document i of the input (counting every document the reader yields)
+belongs to part i % num_parts; within a part, the j-th document goes to shard j // docs_per_shard,
+and to the validation split when a hash of (seed, i) falls below `valid_fraction`. Every random
+choice for document i uses a generator seeded with (seed, i). So shard k's bytes depend only on
+its own documents: same inputs + options -> byte-identical shards, whatever was redone. Each
+finished shard (train and valid of one chunk of documents) is recorded with its sha256 in
+`progress.json` (written atomically); a restarted run reads the input again, skips the documents
+of recorded shards without analysing them, and builds the rest. `manifest.json` is written last.
+
+Shard format (read by `open_shards` below; plain .npy files, no pickles, np.load(mmap_mode="r")):
+
+    {split}-{k:05d}.tokens.npy    int32 [T]     all instances' token ids, concatenated
+                                                (static: the masked input ids)
+    {split}-{k:05d}.offsets.npy   int64 [N+1]   instance n = tokens[offsets[n]:offsets[n+1]]
+    {split}-{k:05d}.b_start.npy   int16 [N]     index of B's first token (token type 1 from there)
+    {split}-{k:05d}.nsp.npy       int8  [N]     0 = IsNext, 1 = NotNext (random B), as in HF BERT
+    {split}-{k:05d}.labels.npy    int32 [T]     static only: original id where masked, else -100
+    {split}-{k:05d}.units.npy     int16 [T]     dynamic + morpheme/eojeol: unit id within the
+                                                instance (specials -1), for whole-unit masking
+    tokenizer/                    a copy of the tokenizer folder the shards were made with
+    manifest.json                 kind "shards": config, tokenizer hash, counts, shard list, sha256s
+
+split is "train" or "valid"; with --num-parts P, part p writes into part-{p:05d}/ and
+`korbert shards-merge OUT` writes one manifest over all parts. Instances are stored in document
+order: the loader shuffles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sys
+import time
+from bisect import bisect_left
+from collections import Counter, deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from corpus_tools import config as C
+from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, read_manifest, sha256_file, write_manifest
+from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_documents
+
+SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
+FORMAT_VERSION = 1
+IGNORE = -100  # label of a token that is not predicted
+PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4  # fixed by the tokenizer (korbert.tokenizer.SPECIAL_TOKENS)
+SPLITS = ("train", "valid")
+DYNAMIC_STATS_EVERY = 8  # dynamic masking: the statistics draw masks for every 8th document's instances
+PROGRESS = "progress.json"
+TOKENIZER_DIR = "tokenizer"
+
+
+@dataclass
+class ShardsConfig:
+    """Turn raw text into BERT pretraining instances (NSP pairs + MLM) in checksummed shards."""
+
+    tokenizer: str = C.field("runs/vocab", "tokenizer folder (the output of `korbert vocab`)")
+    inputs: list[str] = C.field(
+        [str(SAMPLE / "reviews.jsonl.gz"), str(SAMPLE / "petitions.jsonl.gz")],
+        "text files, folders or globs: .txt (blank line between documents), .jsonl, optionally .gz",
+    )
+    out: str = C.field("runs/shards", "output folder (shards + manifest.json)")
+    max_seq_len: int = C.field(128, "tokens per instance, [CLS]/[SEP] included")
+    short_seq_prob: float = C.field(0.1, "probability of a shorter random target length (per document)")
+    masking: str = C.field("dynamic", "static: masks written into the shards; dynamic: the loader masks", choices=["static", "dynamic"])
+    dupe_factor: int = C.field(5, "static masking: copies of every document, each with other pairs and masks")
+    mask_prob: float = C.field(0.15, "share of non-special tokens to predict")
+    mask_unit: str = C.field("morpheme", "mask whole units: token, morpheme or eojeol", choices=["token", "morpheme", "eojeol"])
+    valid_fraction: float = C.field(0.01, "share of documents held out for validation (by a hash of position and seed)")
+    docs_per_shard: int = C.field(50_000, "input documents per shard (the unit of resume)")
+    pool_tokens: int = C.field(1_000_000, "tokens of recent documents kept to draw random B segments from")
+    text_field: list[str] = C.field(["title", "text"], "JSON Lines field(s) holding the text (joined by a newline)")
+    one_doc_per_line: bool = C.field(False, "plain text: every line is a document (default: blank-line separated)")
+    min_chars: int = C.field(2, "skip documents shorter than this after cleaning (too_short)")
+    max_doc_chars: int = C.field(
+        100_000, "skip longer documents (too_long): Kiwi is quadratic on long runs without spaces (1 MB: ~9 min)"
+    )
+    strict: bool = C.field(False, "fail on the first unusable document instead of counting it")
+    seed: int = C.field(0, "seed for every random choice")
+    num_parts: int = C.field(1, "split the input for a cluster: document i goes to part i %% num_parts")
+    part: int = C.field(0, "which part this run builds (0 .. num_parts-1)")
+    batch_docs: int = C.field(256, "documents per Kiwi batch (speed only: the output does not depend on it)")
+    force: bool = C.field(False, "rebuild from scratch, discarding what `out` holds")
+    show: int = C.field(2, "print this many decoded training instances at the end")
+
+
+# ---------------------------------------------------------------------------------------------
+# Masking: one function for static shards and for the dynamic loader
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MaskConfig:
+    mask_prob: float = 0.15
+    mask_id: int = MASK
+    random_low: int = 0  # random replacements are drawn from [random_low, random_high): normal pieces
+    random_high: int = 1
+    mask_share: float = 0.8  # of the chosen tokens: [MASK]
+    keep_share: float = 0.1  # unchanged; the rest (0.1) a random piece
+
+    @classmethod
+    def from_tokenizer(cls, tok, mask_prob: float = 0.15) -> "MaskConfig":
+        return cls(mask_prob=mask_prob, mask_id=tok.mask_token_id, random_low=first_normal_id(tok), random_high=len(tok))
+
+
+def first_normal_id(tok) -> int:
+    """The first id that is not special, [unusedN] or a byte piece <0xNN> (the layout is fixed)."""
+    for i, t in enumerate(tok.convert_ids_to_tokens(list(range(len(tok))))):
+        special = t in tok.all_special_tokens or (t.startswith("[unused") and t.endswith("]"))
+        if not special and not (len(t) == 6 and t.startswith("<0x") and t.endswith(">")):
+            return i
+    raise ValueError("the tokenizer has no normal pieces")
+
+
+def special_mask_of(ids: np.ndarray) -> np.ndarray:
+    """bool [n]: the [CLS]/[SEP]/[PAD] positions (document text never holds these ids: see _Doc)."""
+    return (ids == CLS) | (ids == SEP) | (ids == PAD)
+
+
+def mask_tokens(
+    ids: np.ndarray, special_mask: np.ndarray, unit_ids: np.ndarray | None, rng: np.random.Generator, cfg: MaskConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """BERT masking. ids int [n]; special_mask bool [n] (never masked); unit_ids int [n] or None
+    (tokens with the same id in a run are one unit, masked together; None = every token alone).
+
+    Returns (input_ids [n], same dtype as ids; labels int32 [n]: the original id where a token is to
+    be predicted, -100 elsewhere). round(mask_prob * non-special tokens) tokens, at least 1, are
+    chosen unit by unit in random order, skipping units that would overshoot (as BERT's whole-word
+    masking does); each chosen token: [MASK] 80%, unchanged 10%, random normal piece 10%.
+    """
+    ids = np.asarray(ids)
+    labels = np.full(ids.shape, IGNORE, dtype=np.int32)
+    cand = np.flatnonzero(~special_mask)  # positions that may be masked
+    if cand.size == 0:
+        return ids.copy(), labels
+    k = max(1, int(round(cand.size * cfg.mask_prob)))
+    if unit_ids is None:
+        pos = rng.permutation(cand)[:k]
+    else:
+        u = np.asarray(unit_ids)[cand]
+        first = np.flatnonzero(np.concatenate(([True], u[1:] != u[:-1])))  # [units] where each unit starts in cand
+        sizes = np.diff(first, append=cand.size)  # [units]
+        order = rng.permutation(first.size)
+        total = np.cumsum(sizes[order])
+        n = int(np.searchsorted(total, k, side="right"))  # whole units that fit, in random order
+        chosen = order[:n].tolist()
+        left = k - (int(total[n - 1]) if n else 0)
+        for j in order[n + 1 :].tolist():  # the next unit overshot: keep trying smaller ones
+            if left == 0:
+                break
+            if sizes[j] <= left:
+                chosen.append(j)
+                left -= int(sizes[j])
+        pick = np.zeros(first.size, dtype=bool)
+        pick[chosen] = True
+        pos = cand[np.repeat(pick, sizes)]
+    out = ids.copy()
+    labels[pos] = ids[pos]
+    r = rng.random(pos.size)
+    out[pos[r < cfg.mask_share]] = cfg.mask_id
+    rand = pos[r >= cfg.mask_share + cfg.keep_share]
+    out[rand] = rng.integers(cfg.random_low, cfg.random_high, size=rand.size)
+    return out, labels
+
+
+def mask_stats(inputs: np.ndarray, labels: np.ndarray, special: np.ndarray, mask_id: int) -> Counter:
+    """Counts that check the recipe: candidates, masked, and how the masked tokens were replaced."""
+    m = labels != IGNORE
+    got, want = inputs[m], labels[m]
+    as_mask = int((got == mask_id).sum())
+    as_keep = int((got == want).sum())
+    return Counter(
+        candidate_tokens=int((~special).sum()), masked=int(m.sum()),
+        as_mask=as_mask, as_keep=as_keep, as_random=int(m.sum()) - as_mask - as_keep,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The BERT recipe on token slices
+# ---------------------------------------------------------------------------------------------
+
+
+class _Doc:
+    """One encoded document: ids int32 [n]; starts: list of sentences + 1 ints, sentence s =
+    ids[starts[s]:starts[s+1]]; units int32 [n] (morpheme/eojeol index) or None."""
+
+    __slots__ = ("ids", "starts", "sentences", "units", "replaced")
+
+    def __init__(self, enc: dict, mask_unit: str):
+        ids = enc["ids"]
+        self.replaced = 0
+        if ids.min() <= MASK:  # the text may spell a special token ("[SEP]"): it must not look like structure
+            specials = (ids <= MASK) & (ids != UNK)
+            self.replaced = int(specials.sum())
+            ids = np.where(specials, UNK, ids).astype(np.int32)
+        self.ids = ids
+        sent = enc["sentence"]
+        cut = (np.flatnonzero(sent[1:] != sent[:-1]) + 1).tolist() if sent[-1] != sent[0] else []
+        self.starts = [0, *cut, len(ids)]  # a Python list: the recipe below does scalar work on it
+        self.sentences = len(self.starts) - 1
+        self.units = None if mask_unit == "token" else enc[mask_unit]
+
+
+def _truncate(la: int, lb: int, max_tokens: int, rng) -> tuple[int, int, int, int]:
+    """BERT's truncate_seq_pair in closed form: (a_front, a_back, b_front, b_back) tokens to drop.
+
+    BERT removes one token at a time from the longer segment (B on ties), front or back at random;
+    the same counts: the longer loses the difference first, then both alternate."""
+    excess = la + lb - max_tokens
+    if excess <= 0:
+        return 0, 0, 0, 0
+    d = min(excess, abs(la - lb))
+    da, db = (d, 0) if la > lb else (0, d)
+    e = excess - d
+    da, db = da + e // 2, db + (e + 1) // 2
+    fa, fb = int(rng.binomial(da, 0.5)) if da else 0, int(rng.binomial(db, 0.5)) if db else 0
+    return fa, da - fa, fb, db - fb
+
+
+def document_pairs(doc: _Doc, pool: deque, rng, max_tokens: int, short_seq_prob: float, counts: Counter) -> list[tuple]:
+    """create_instances_from_document on slices: [(a0, a1, b_doc, b0, b1, nsp)] with A = doc.ids[a0:a1],
+    B = b_doc.ids[b0:b1], both truncated to max_tokens together; pool: earlier documents."""
+    target = max_tokens
+    if rng.random() < short_seq_prob:
+        target = int(rng.integers(2, max_tokens + 1))
+    starts, s = doc.starts, doc.sentences
+    out = []
+    first = 0  # first sentence of the current chunk
+    i = 0
+    while i < s:
+        if i == s - 1 or starts[i + 1] - starts[first] >= target:
+            n_seg = i + 1 - first
+            a_end = first + (int(rng.integers(1, n_seg)) if n_seg >= 2 else 1)  # sentences [first, a_end) are A
+            a0, a1 = starts[first], starts[a_end]
+            if n_seg == 1 or rng.random() < 0.5:
+                if pool:
+                    other: _Doc = pool[int(rng.integers(len(pool)))]
+                    r = int(rng.integers(other.sentences))
+                    b0 = other.starts[r]
+                    k = bisect_left(other.starts, b0 + target - (a1 - a0))  # B: sentences r.. until target
+                    b1 = other.starts[min(max(k, r + 1), other.sentences)]
+                    pair = [a0, a1, other, b0, b1, 1]
+                    counts["forced_random_next"] += n_seg == 1
+                    i = a_end - 1  # the unused sentences of the chunk go back
+                elif n_seg >= 2:  # no other document yet (start of a shard): keep the true next
+                    pair = [a0, a1, doc, a1, starts[i + 1], 0]
+                    counts["isnext_fallback"] += 1
+                else:
+                    counts["unpaired_chunks"] += 1
+                    pair = None
+            else:
+                pair = [a0, a1, doc, a1, starts[i + 1], 0]
+            if pair is not None:
+                fa, ba, fb, bb = _truncate(pair[1] - pair[0], pair[4] - pair[3], max_tokens, rng)
+                pair[0] += fa; pair[1] -= ba; pair[3] += fb; pair[4] -= bb  # noqa: E702
+                counts["truncated"] += (fa + ba + fb + bb) > 0
+                out.append(tuple(pair))
+            first = i + 1
+        i += 1
+    return out
+
+
+def build_instance(doc: _Doc, a0: int, a1: int, other: _Doc, b0: int, b1: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """ids int32 [la + lb + 3] = [CLS] A [SEP] B [SEP]; units int16 [same] or None: the document's
+    unit ids shifted to start at 0 in A and past A's last one in B (so A and B never share a unit),
+    -1 on the specials. Only runs of equal ids matter to `mask_tokens`."""
+    la, lb = a1 - a0, b1 - b0
+    ids = np.empty(la + lb + 3, dtype=np.int32)
+    ids[0], ids[la + 1], ids[-1] = CLS, SEP, SEP
+    ids[1 : la + 1] = doc.ids[a0:a1]
+    ids[la + 2 : -1] = other.ids[b0:b1]
+    if doc.units is None:
+        return ids, None
+    ua, ub = doc.units[a0:a1], other.units[b0:b1]
+    shift_b = int(ub[0]) - (int(ua[-1]) - int(ua[0])) - 1
+    if int(ub[-1]) - shift_b > 32767:  # (never with real text) renumber the runs compactly
+        u = np.concatenate(([-1], ua, [-1], ub + (1 << 30), [-1]))
+        units = (np.cumsum(np.r_[0, u[1:] != u[:-1]]) - 1).astype(np.int16)
+    else:
+        units = np.empty(la + lb + 3, dtype=np.int16)
+        units[1 : la + 1] = ua - ua[0]
+        units[la + 2 : -1] = ub - shift_b
+    units[0] = units[la + 1] = units[-1] = -1
+    return ids, units
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing shards
+# ---------------------------------------------------------------------------------------------
+
+
+class _Column:
+    """One .npy file written in appends: raw values go to a hidden .partial file; close() writes the
+    header + data to a temp file, fsyncs and renames it into place (readers never see a partial
+    .npy), returning its sha256."""
+
+    def __init__(self, path: Path, dtype):
+        self.path, self.dtype, self.n = path, np.dtype(dtype), 0
+        self.raw_path = path.with_name(f".{path.name}.partial")
+        self.raw = open(self.raw_path, "wb")
+
+    def append(self, values) -> None:
+        a = np.ascontiguousarray(values, dtype=self.dtype)
+        self.raw.write(a.tobytes())
+        self.n += a.size
+
+    def close(self) -> str:
+        self.raw.close()
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            header, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (self.n,)}
+        )
+        h = hashlib.sha256(header.getvalue())
+        with open(tmp, "wb") as out, open(self.raw_path, "rb") as src:
+            out.write(header.getvalue())
+            while block := src.read(1 << 20):
+                h.update(block)
+                out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.path)
+        self.raw_path.unlink()
+        return h.hexdigest()
+
+
+class _ShardWriter:
+    """The columns of one shard; instances are appended a batch at a time."""
+
+    def __init__(self, folder: Path, name: str, masking: str, units: bool):
+        cols = {"tokens": np.int32, "offsets": np.int64, "b_start": np.int16, "nsp": np.int8}
+        if masking == "static":
+            cols["labels"] = np.int32
+        elif units:
+            cols["units"] = np.int16
+        self.name = name
+        self.cols = {c: _Column(folder / f"{name}.{c}.npy", t) for c, t in cols.items()}
+        self.cols["offsets"].append([0])
+        self.instances = self.tokens = 0
+
+    def append(self, batch: dict[str, list]) -> None:
+        lengths = np.fromiter((len(x) for x in batch["tokens"]), np.int64, len(batch["tokens"]))
+        self.cols["offsets"].append(self.tokens + np.cumsum(lengths))
+        self.instances += len(lengths)
+        self.tokens += int(lengths.sum())
+        for c, values in batch.items():
+            if c in self.cols:
+                self.cols[c].append(np.concatenate(values) if c in ("tokens", "labels", "units") else values)
+
+    def close(self) -> dict:
+        files = {f"{self.name}.{c}.npy": col.close() for c, col in self.cols.items()}
+        return {"name": self.name, "instances": self.instances, "tokens": self.tokens, "files": files}
+
+
+def _is_valid(seed: int, index: int, fraction: float) -> bool:
+    h = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") / 2**64 < fraction
+
+
+class _DocRng:
+    """The random generator of document i: PCG64 set to a state hashed from (seed, i).
+
+    The same stream as a fresh generator per document, at a fifth of the cost of
+    np.random.default_rng([seed, i]) (whose seeding dominates on corpora of short documents)."""
+
+    def __init__(self, seed: int):
+        self.seed, self.bits = seed, np.random.PCG64(0)
+        self.gen = np.random.Generator(self.bits)
+
+    def __call__(self, index: int) -> np.random.Generator:
+        h = hashlib.blake2b(f"rng:{self.seed}:{index}".encode(), digest_size=32).digest()
+        state = {"state": int.from_bytes(h[:16], "little"), "inc": int.from_bytes(h[16:], "little") | 1}
+        self.bits.state = {"bit_generator": "PCG64", "state": state, "has_uint32": 0, "uinteger": 0}
+        return self.gen
+
+
+class _Chunk:
+    """The documents of one shard (its train and valid halves): takes encoded batches, writes
+    instances, counts everything; close() -> the record progress.json and the manifest keep."""
+
+    def __init__(self, index: int, folder: Path, cfg: ShardsConfig, mcfg: MaskConfig):
+        self.index, self.folder, self.cfg, self.mcfg = index, folder, cfg, mcfg
+        self.pools = {s: deque() for s in SPLITS}
+        self.pool_tokens = {s: 0 for s in SPLITS}
+        self.writers: dict[str, _ShardWriter] = {}
+        self.counts = {s: Counter() for s in SPLITS}
+        self.docs = Counter()  # documents_in, documents_used, sentences, document_tokens
+        self.skipped, self.first_skip = Counter(), {}
+        self.rng = _DocRng(cfg.seed)
+
+    def skip(self, reason: str, where: str) -> None:
+        if self.cfg.strict:
+            raise InputError(f"{where}: {reason.replace('_', ' ')}")
+        self.skipped[reason] += 1
+        self.first_skip.setdefault(reason, where)
+
+    def add(self, batch: list[tuple[int, str, str, str]], encs: list[dict]) -> None:
+        """batch: [(document index, where, split, cleaned text)]; encs: tok.encode_documents(texts)."""
+        cfg, mcfg = self.cfg, self.mcfg
+        static = cfg.masking == "static"
+        copies = cfg.dupe_factor if static else 1
+        out = {s: {"tokens": [], "units": [], "labels": [], "b_start": [], "nsp": []} for s in SPLITS}
+        seen = {s: ([], [], []) for s in SPLITS}  # masked inputs, labels, special masks: for the statistics
+        for (g, where, split, _), enc in zip(batch, encs):
+            if len(enc["ids"]) == 0:
+                self.skip("no_tokens", where)
+                continue
+            doc = _Doc(enc, cfg.mask_unit)
+            self.docs["documents_used"] += 1
+            self.docs["sentences"] += doc.sentences
+            self.docs["document_tokens"] += len(doc.ids)
+            counts, cols, pool = self.counts[split], out[split], self.pools[split]
+            counts["documents"] += 1
+            counts["special_ids_in_text"] += doc.replaced
+            rng = self.rng(g)
+            measure = static or g % DYNAMIC_STATS_EVERY == 0
+            for _ in range(copies):
+                for a0, a1, other, b0, b1, nsp in document_pairs(doc, pool, rng, cfg.max_seq_len - 3, cfg.short_seq_prob, counts):
+                    ids, units = build_instance(doc, a0, a1, other, b0, b1)
+                    if measure:  # static: the masks written; dynamic: one draw, for the statistics only
+                        special = np.zeros(len(ids), dtype=bool)
+                        special[[0, a1 - a0 + 1, -1]] = True
+                        masked, labels = mask_tokens(ids, special, units, rng, mcfg)
+                        for lst, x in zip(seen[split], (masked, labels, special)):
+                            lst.append(x)
+                    cols["tokens"].append(masked if static else ids)
+                    cols["labels"].append(labels if static else None)
+                    cols["units"].append(units)
+                    cols["b_start"].append(a1 - a0 + 2)
+                    cols["nsp"].append(nsp)
+            pool.append(doc)
+            self.pool_tokens[split] += len(doc.ids)
+            while self.pool_tokens[split] > cfg.pool_tokens and len(pool) > 1:
+                self.pool_tokens[split] -= len(pool.popleft().ids)
+        for split, cols in out.items():
+            if not cols["tokens"]:
+                continue
+            counts = self.counts[split]
+            counts["instances"] += len(cols["nsp"])
+            counts["random_next"] += sum(cols["nsp"])
+            counts["tokens"] += sum(map(len, cols["tokens"]))
+            if seen[split][0]:
+                counts.update(mask_stats(*(np.concatenate(x) for x in seen[split]), mcfg.mask_id))
+            if split not in self.writers:
+                name = f"{split}-{self.index:05d}"
+                self.writers[split] = _ShardWriter(self.folder, name, cfg.masking, cfg.mask_unit != "token")
+            self.writers[split].append(cols)
+
+    def close(self) -> dict:
+        shards = {s: w.close() for s, w in self.writers.items()}
+        return {
+            "documents": dict(self.docs),
+            "skipped": dict(self.skipped),
+            "first_skip_at": self.first_skip,
+            "splits": {s: dict(c) for s, c in self.counts.items()},
+            "shards": shards,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading shards
+# ---------------------------------------------------------------------------------------------
+
+
+class ShardReader:
+    """Random access to the instances of one split; each column is memory-mapped, never loaded.
+
+    reader[i] -> {"input_ids": int32 [n], "token_type_ids": int8 [n], "next_sentence_label": int,
+                  "labels": int32 [n] (static shards) or "unit_ids": int16 [n] (dynamic, by unit)}
+    """
+
+    def __init__(self, folder: Path, manifest: dict, split: str):
+        self.folder, self.manifest, self.split = folder, manifest, split
+        self.shards = manifest["shards"][split]
+        self.masking = manifest["config"]["masking"]
+        self.mask_config = MaskConfig(**manifest["mask_config"])
+        self.ends = np.cumsum([s["instances"] for s in self.shards], dtype=np.int64)  # [shards]
+        self._open: dict[int, dict] = {}
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def _columns(self, k: int) -> dict:
+        if k not in self._open:
+            path = self.shards[k]["path"]
+            cols = {}
+            for name in self.shards[k]["files"]:
+                col = name.split(".")[-2]
+                cols[col] = np.load(self.folder / f"{path}.{col}.npy", mmap_mode="r", allow_pickle=False)
+            self._open[k] = cols
+        return self._open[k]
+
+    def __getitem__(self, i: int) -> dict:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"instance {i} out of range ({len(self)} {self.split} instances)")
+        i %= len(self)
+        k = int(np.searchsorted(self.ends, i, side="right"))
+        j = i - (int(self.ends[k - 1]) if k else 0)
+        cols = self._columns(k)
+        a, b = int(cols["offsets"][j]), int(cols["offsets"][j + 1])
+        ids = np.asarray(cols["tokens"][a:b])
+        tt = np.zeros(b - a, dtype=np.int8)
+        tt[int(cols["b_start"][j]) :] = 1
+        item = {"input_ids": ids, "token_type_ids": tt, "next_sentence_label": int(cols["nsp"][j])}
+        if "labels" in cols:
+            item["labels"] = np.asarray(cols["labels"][a:b])
+        if "units" in cols:
+            item["unit_ids"] = np.asarray(cols["units"][a:b])
+        return item
+
+    def masked(self, i: int, rng: np.random.Generator) -> dict:
+        """Instance i with input_ids/labels ready for the MLM loss: stored masks (static) or a fresh
+        draw of `mask_tokens` (dynamic: call every epoch with a new rng)."""
+        item = self[i]
+        if "labels" not in item:
+            ids = item["input_ids"]
+            item["input_ids"], item["labels"] = mask_tokens(ids, special_mask_of(ids), item.get("unit_ids"), rng, self.mask_config)
+        return item
+
+
+def open_shards(folder: str | os.PathLike, tokenizer_hash: str | None = None, split: str = "train", verify: bool = True) -> ShardReader:
+    """Open a finished shards folder. Refuses shards made with another tokenizer (when
+    `tokenizer_hash` is given) and, with `verify`, any file whose sha256 differs from the manifest."""
+    folder = Path(folder)
+    m = read_manifest(folder, "shards")
+    if m.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{folder}: shards format {m.get('format_version')}, this korbert reads {FORMAT_VERSION}")
+    if tokenizer_hash is not None and m["tokenizer_hash"] != tokenizer_hash:
+        raise ValueError(
+            f"{folder}: shards were made with tokenizer {m['tokenizer_hash'][:12]}, not {tokenizer_hash[:12]}; "
+            "rebuild them with this tokenizer (korbert shards --tokenizer ...)"
+        )
+    if split not in m["shards"]:
+        raise ValueError(f"{folder}: no split {split!r} (have {', '.join(m['shards'])})")
+    if verify:
+        for s in m["shards"][split]:
+            for name, digest in s["files"].items():
+                path = folder / Path(s["path"]).parent / name
+                if sha256_file(path) != digest:
+                    raise ValueError(f"{path}: sha256 differs from manifest.json (corrupt or edited)")
+    return ShardReader(folder, m, split)
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage
+# ---------------------------------------------------------------------------------------------
+
+
+def _check(cfg: ShardsConfig) -> None:
+    problems = [
+        (cfg.max_seq_len < 8 or cfg.max_seq_len > 32767, f"--max-seq-len must be in 8..32767, not {cfg.max_seq_len}"),
+        (not 0 <= cfg.short_seq_prob <= 1, "--short-seq-prob must be in [0, 1]"),
+        (not 0 < cfg.mask_prob < 1, "--mask-prob must be in (0, 1)"),
+        (not 0 <= cfg.valid_fraction < 1, "--valid-fraction must be in [0, 1)"),
+        (cfg.dupe_factor < 1, "--dupe-factor must be >= 1"),
+        (cfg.docs_per_shard < 1 or cfg.batch_docs < 1, "--docs-per-shard and --batch-docs must be >= 1"),
+        (cfg.num_parts < 1 or not 0 <= cfg.part < cfg.num_parts, f"--part must be in 0..{cfg.num_parts - 1}"),
+    ]
+    for bad, msg in problems:
+        if bad:
+            raise InputError(msg)
+
+
+def _load_tokenizer(folder: str):
+    try:
+        tm = read_manifest(folder, "vocab")
+    except (FileNotFoundError, ValueError) as e:
+        raise InputError(f"--tokenizer {folder}: {e}") from None
+    from korbert.tokenizer import KorBertTokenizer
+
+    tok = KorBertTokenizer.from_pretrained(folder)
+    if tok.fingerprint != tm["tokenizer_hash"]:
+        raise InputError(f"--tokenizer {folder}: files differ from its manifest.json (hash {tok.fingerprint[:12]} != {tm['tokenizer_hash'][:12]})")
+    return tok, tm
+
+
+def _copy_tokenizer(src: str, tm: dict, dest: Path) -> list[str]:
+    names = sorted(tm["files"]) + ["manifest.json"]
+    for name in names:
+        target = dest / TOKENIZER_DIR / name
+        data = Path(src, name).read_bytes()
+        if not target.is_file() or target.read_bytes() != data:
+            atomic_write_bytes(target, data)
+    return [f"{TOKENIZER_DIR}/{n}" for n in names]
+
+
+def _shard_files(folder: Path) -> list[Path]:
+    return [p for p in folder.glob("*-*.*.npy") if p.name.split("-")[0] in SPLITS]
+
+
+_SPLIT_INTS = ("documents", "instances", "tokens", "random_next", "forced_random_next", "isnext_fallback",
+               "unpaired_chunks", "truncated", "special_ids_in_text")
+_MASK_INTS = ("candidate_tokens", "masked", "as_mask", "as_random", "as_keep")
+
+
+def _split_summary(c: Counter) -> dict:
+    """Integer counts of one split -> the manifest's counts, shares included."""
+    n, free, m = c["instances"], c["instances"] - c["forced_random_next"], c["masked"]
+    share = lambda x, y: round(x / y, 4) if y else None  # noqa: E731
+    return {
+        **{k: c[k] for k in _SPLIT_INTS},
+        "isnext": n - c["random_next"],
+        "isnext_share": share(n - c["random_next"], n),
+        "isnext_share_when_free": share(n - c["random_next"], free),  # leaving out one-sentence chunks
+        "masking": {
+            **{k: c[k] for k in _MASK_INTS},
+            "masked_share": share(m, c["candidate_tokens"]),  # of non-special tokens
+            "mask_share": share(c["as_mask"], m),
+            "random_share": share(c["as_random"], m),
+            "keep_share": share(c["as_keep"], m),
+        },
+    }
+
+
+def _summarize(chunks: list[dict], skipped: Counter, first: dict) -> dict:
+    """Totals over chunk records (+ the reader's own skips): documents in = used + skipped, always."""
+    docs, skipped, first = Counter(documents_in=sum(skipped.values())), Counter(skipped), dict(first)
+    splits = {s: Counter() for s in SPLITS}
+    for ch in chunks:
+        docs.update(ch["documents"])
+        skipped.update(ch["skipped"])
+        for r, w in ch["first_skip_at"].items():
+            first.setdefault(r, w)
+        for s in SPLITS:
+            splits[s].update(ch["splits"][s])
+    if docs["documents_in"] != docs["documents_used"] + sum(skipped.values()):  # every document is accounted for
+        raise AssertionError(f"documents in {docs['documents_in']} != used {docs['documents_used']} + skipped {dict(skipped)}")
+    return {
+        "documents_in": docs["documents_in"],
+        "documents_used": docs["documents_used"],
+        "documents_skipped": dict(sorted(skipped.items())),
+        "first_skip_at": dict(sorted(first.items())),
+        "sentences": docs["sentences"],
+        "document_tokens": docs["document_tokens"],
+        **{s: _split_summary(c) for s, c in splits.items()},
+    }
+
+
+def _existing(folder: Path, key: str, force: bool) -> tuple[dict | None, dict]:
+    """What `folder` already holds: (its manifest if it is finished with this key, None) and the
+    progress to resume (finished shards whose files are intact). Anything else is refused."""
+    if force and folder.is_dir():
+        for p in _shard_files(folder) + [folder / PROGRESS, folder / "manifest.json"]:
+            p.unlink(missing_ok=True)
+    progress: dict = {"key": key, "chunks": {}}
+    if (folder / "manifest.json").is_file():
+        old = read_manifest(folder, "shards")
+        if old.get("key") == key:
+            return old, progress
+        raise InputError(f"{folder} holds shards made with other options or inputs; pass --force to replace them, or choose another --out")
+    if (folder / PROGRESS).is_file():
+        old = json.loads((folder / PROGRESS).read_text(encoding="utf-8"))
+        if old.get("key") != key:
+            raise InputError(f"{folder} holds an unfinished run with other options or inputs; pass --force to replace it, or choose another --out")
+        for k, rec in old["chunks"].items():  # keep a recorded shard only if its files are intact
+            files = [(folder / n, d) for sh in rec["shards"].values() for n, d in sh["files"].items()]
+            if all(p.is_file() and sha256_file(p) == d for p, d in files):
+                progress["chunks"][k] = rec
+        print(f"{folder}: resuming, {len(progress['chunks'])} shard(s) already done", file=sys.stderr)
+    elif folder.is_dir() and _shard_files(folder):
+        raise InputError(f"{folder} holds shard files but no progress.json or manifest.json; pass --force to replace them")
+    return None, progress
+
+
+def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> dict:
+    """Build the shards. on_chunk(k) is called after chunk k is recorded (tests simulate kills with it)."""
+    from tqdm import tqdm
+
+    _check(cfg)
+    t0 = time.time()
+    tok, tm = _load_tokenizer(cfg.tokenizer)
+    mcfg = MaskConfig.from_tokenizer(tok, cfg.mask_prob)
+    files = expand_inputs(cfg.inputs)
+    inputs = [{"path": str(f), "bytes": f.stat().st_size, "sha256": sha256_file(f)} for f in files]
+    root = Path(cfg.out)
+    folder = root / f"part-{cfg.part:05d}" if cfg.num_parts > 1 else root
+    config = C.to_dict(cfg)
+    for k in ("out", "show", "force"):
+        config.pop(k)
+    if cfg.masking == "dynamic":
+        config["dupe_factor"] = 1
+    ident = {k: v for k, v in config.items() if k != "batch_docs"}
+    key = hashlib.sha256(json.dumps([ident, tm["tokenizer_hash"], inputs], sort_keys=True).encode()).hexdigest()
+
+    finished, progress = _existing(folder, key, cfg.force)
+    if finished is not None:
+        print(f"{folder}: shards up to date ({finished['counts']['train']['instances']} training instances); --force rebuilds them")
+        show(folder, cfg.show)
+        return finished
+    folder.mkdir(parents=True, exist_ok=True)
+    for p in list(folder.glob(".*.partial")) + list(folder.glob(".*.tmp")):
+        p.unlink()  # leftovers of a killed run
+    tok_files = _copy_tokenizer(cfg.tokenizer, tm, folder)
+
+    # -- stream the documents of this part, chunk by chunk
+    stats = ReadStats()
+    chunk: _Chunk | None = None
+    built = 0
+    batch: list[tuple[int, str, str, str]] = []
+    bar = tqdm(desc=f"shards{f' part {cfg.part}' if cfg.num_parts > 1 else ''}", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
+
+    def flush() -> None:
+        if batch:
+            chunk.add(batch, tok.encode_documents([t for *_, t in batch]))  # the one Kiwi pass
+            bar.update(len(batch))
+            bar.set_postfix_str(f"{stats.bytes / 1e6 / max(time.time() - t0, 1e-9):.2f} MB/s")
+            batch.clear()
+
+    def finish() -> None:
+        nonlocal chunk, built
+        if chunk is not None:
+            flush()
+            progress["chunks"][str(chunk.index)] = chunk.close()
+            atomic_write_json(folder / PROGRESS, progress)
+            built += 1
+            if on_chunk is not None:
+                on_chunk(chunk.index)
+        chunk = None
+
+    current = -1
+    local = -1
+    docs = iter_documents(files, text_field=cfg.text_field, one_doc_per_line=cfg.one_doc_per_line, stats=stats, strict=cfg.strict)
+    for g, (where, raw) in enumerate(docs):
+        if g % cfg.num_parts != cfg.part:
+            continue
+        local += 1
+        k = local // cfg.docs_per_shard
+        if k != current:
+            finish()
+            current = k
+            if str(k) not in progress["chunks"]:
+                chunk = _Chunk(k, folder, cfg, mcfg)
+        if chunk is None:  # a finished shard: its documents were counted when it was built
+            continue
+        chunk.docs["documents_in"] += 1
+        text = clean(raw)
+        if not text:
+            chunk.skip("empty", where)
+        elif len(text) < cfg.min_chars:
+            chunk.skip("too_short", where)
+        elif len(text) > cfg.max_doc_chars:
+            chunk.skip("too_long", where)
+        else:
+            split = "valid" if _is_valid(cfg.seed, g, cfg.valid_fraction) else "train"
+            batch.append((g, where, split, text))
+            if len(batch) >= cfg.batch_docs:
+                flush()
+    finish()
+    bar.close()
+
+    chunks = [progress["chunks"][k] for k in sorted(progress["chunks"], key=int)]
+    # the reader's own skips (undecodable lines, malformed JSON) happen in every part: part 0 counts them
+    reader_skips = (stats.skipped, stats.examples) if cfg.part == 0 else (Counter(), {})
+    counts = {"files": len(files), "bytes": stats.bytes, **_summarize(chunks, *reader_skips)}
+    counts["masking_measured_on"] = (
+        "every instance as written" if cfg.masking == "static"
+        else f"one mask_tokens draw on the instances of every {DYNAMIC_STATS_EVERY}th document"
+    )
+    if counts["train"]["instances"] == 0:
+        raise InputError(
+            f"no training instances from {', '.join(map(str, cfg.inputs))}: {counts['documents_in']} documents read, "
+            f"skipped {counts['documents_skipped'] or 'none'}"
+        )
+    shards = {s: [{**ch["shards"][s], "path": ch["shards"][s]["name"]} for ch in chunks if s in ch["shards"]] for s in SPLITS}
+    names = [n for s in SPLITS for sh in shards[s] for n in sh["files"]]
+    manifest = write_manifest(
+        folder, "shards", FORMAT_VERSION, files=names + tok_files,
+        key=key, config=config, inputs=inputs, tokenizer_hash=tm["tokenizer_hash"], tokenizer_path=str(cfg.tokenizer),
+        mask_config=vars(mcfg), counts=counts, shards=shards,
+        run={"shards_built": built, "shards_reused": len(chunks) - built, "seconds": round(time.time() - t0, 1)},
+    )
+    (folder / PROGRESS).unlink(missing_ok=True)
+    report(folder, manifest, time.time() - t0)
+    show(folder, cfg.show)
+    return manifest
+
+
+def report(folder: Path, m: dict, seconds: float) -> None:
+    c, tr = m["counts"], m["counts"]["train"]
+    skipped = sum(c["documents_skipped"].values())
+    mk = tr["masking"]
+    print(
+        f"shards: {tr['instances']} training / {c['valid']['instances']} validation instances "
+        f"({tr['tokens']} / {c['valid']['tokens']} tokens) in {len(m['shards']['train'])} + {len(m['shards']['valid'])} shards\n"
+        f"  documents: {c['documents_in']} in = {c['documents_used']} used + {skipped} skipped"
+        f"{': ' + str(c['documents_skipped']) if skipped else ''}"
+        f"{' (first at ' + str(c['first_skip_at']) + ')' if skipped else ''}\n"
+        f"  IsNext {tr['isnext_share']} (among pairs free to be either: {tr['isnext_share_when_free']}); "
+        f"masked {mk['masked_share']} of non-special tokens, as [MASK]/random/kept {mk['mask_share']}/{mk['random_share']}/{mk['keep_share']}"
+        f" ({m['config']['masking']} masking, by {m['config']['mask_unit']})\n"
+        f"  {seconds:.1f}s -> {folder} (tokenizer {m['tokenizer_hash'][:12]})"
+    )
+
+
+def show(folder: str | os.PathLike, n: int, split: str = "train") -> None:
+    """Print n decoded instances: segments A/B, NSP label, [MASK]s visible (dynamic: one draw)."""
+    if n <= 0:
+        return
+    from korbert.tokenizer import KorBertTokenizer
+
+    reader = open_shards(folder, split=split, verify=False)
+    tok = KorBertTokenizer.from_pretrained(_tokenizer_dir(Path(folder)))
+    rng = np.random.default_rng(0)
+    for i in range(min(n, len(reader))):
+        item = reader.masked(i, rng)
+        ids, labels, b = item["input_ids"], item["labels"], int(np.argmax(item["token_type_ids"]))
+        nsp = "IsNext" if item["next_sentence_label"] == 0 else "NotNext (random B)"
+        print(f"[{split} {i}] {nsp}, {len(ids)} tokens, {int((labels != IGNORE).sum())} to predict ({reader.masking} masking)")
+        print(f"  A: {tok.decode(ids[:b].tolist())}")
+        print(f"  B: {tok.decode(ids[b:].tolist())}")
+        targets = [f"{tok.convert_ids_to_tokens(int(labels[p]))}" for p in np.flatnonzero(labels != IGNORE)]
+        print(f"  targets: {' '.join(targets)}")
+
+
+def _tokenizer_dir(folder: Path) -> Path:
+    if (folder / TOKENIZER_DIR).is_dir():
+        return folder / TOKENIZER_DIR
+    parts = sorted(folder.glob(f"part-*/{TOKENIZER_DIR}"))
+    if not parts:
+        raise FileNotFoundError(f"{folder}: no tokenizer copy")
+    return parts[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Parts: build pieces on several machines, then one manifest over all
+# ---------------------------------------------------------------------------------------------
+
+
+def merge(out: str | os.PathLike, show_n: int = 0) -> dict:
+    """Write out/manifest.json over out/part-*/ (all parts of one --num-parts run, all finished)."""
+    root = Path(out)
+    part_dirs = sorted(root.glob("part-*"))
+    if not part_dirs:
+        raise InputError(f"{root}: no part-* folders to merge")
+    ms = []
+    for d in part_dirs:
+        try:
+            ms.append(read_manifest(d, "shards"))
+        except FileNotFoundError:
+            raise InputError(f"{d}: part not finished (no manifest.json)") from None
+    first = ms[0]
+    want = first["config"]["num_parts"]
+    got = sorted(m["config"]["part"] for m in ms)
+    if got != list(range(want)):
+        raise InputError(f"{root}: parts {got} present, need all of 0..{want - 1}")
+    for d, m in zip(part_dirs, ms):
+        same = {k: v for k, v in m["config"].items() if k != "part"} == {k: v for k, v in first["config"].items() if k != "part"}
+        if not same or m["tokenizer_hash"] != first["tokenizer_hash"] or m["inputs"] != first["inputs"]:
+            raise InputError(f"{d}: made with other options, inputs or tokenizer than {part_dirs[0]}")
+    tok_files = _copy_tokenizer(str(part_dirs[0] / TOKENIZER_DIR), read_manifest(part_dirs[0] / TOKENIZER_DIR, "vocab"), root)
+    shards = {s: [{**sh, "path": f"{d.name}/{sh['path']}"} for d, m in zip(part_dirs, ms) for sh in m["shards"][s]] for s in SPLITS}
+    names = [f"{Path(sh['path']).parent}/{n}" for s in SPLITS for sh in shards[s] for n in sh["files"]]
+    counts = _merge_counts([m["counts"] for m in ms])
+    config = {**first["config"], "part": None}
+    manifest = write_manifest(
+        root, "shards", FORMAT_VERSION, files=names + tok_files,
+        key=hashlib.sha256(json.dumps([m["key"] for m in ms]).encode()).hexdigest(), config=config,
+        inputs=first["inputs"], tokenizer_hash=first["tokenizer_hash"], tokenizer_path=first["tokenizer_path"],
+        mask_config=first["mask_config"], counts=counts, shards=shards, parts=[d.name for d in part_dirs],
+    )
+    report(root, manifest, 0.0)
+    show(root, show_n)
+    return manifest
+
+
+def _merge_counts(all_counts: list[dict]) -> dict:
+    """Sum the parts' integer counts; recompute the shares."""
+    out = {k: all_counts[0][k] for k in ("files", "bytes", "masking_measured_on")}  # every part reads every file
+    for k in ("documents_in", "documents_used", "sentences", "document_tokens"):
+        out[k] = sum(c[k] for c in all_counts)
+    skipped, first = Counter(), {}
+    for c in all_counts:
+        skipped.update(c["documents_skipped"])
+        for r, w in c["first_skip_at"].items():
+            first.setdefault(r, w)
+    out["documents_skipped"], out["first_skip_at"] = dict(sorted(skipped.items())), dict(sorted(first.items()))
+    for s in SPLITS:
+        total = Counter()
+        for c in all_counts:
+            total.update({k: c[s][k] for k in _SPLIT_INTS})
+            total.update({k: c[s]["masking"][k] for k in _MASK_INTS})
+        out[s] = _split_summary(total)
+    return out
+
+
+def cli(argv: list[str] | None = None) -> dict:
+    return main(C.parse(ShardsConfig, argv, prog="korbert shards"))
+
+
+def merge_cli(argv: list[str] | None = None) -> dict:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="korbert shards-merge", description=merge.__doc__)
+    ap.add_argument("out", help="the --out folder the parts were built into (holds part-00000/, part-00001/, ...)")
+    ap.add_argument("--show", type=int, default=0, help="print this many decoded instances")
+    a = ap.parse_args(argv)
+    return merge(a.out, a.show)

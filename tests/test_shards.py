@@ -1,0 +1,336 @@
+"""The shards stage: BERT recipe statistics, masking, determinism, resume, hostile input, errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLE, sample_texts
+from corpus_tools.artifacts import read_manifest, sha256_file
+from corpus_tools.shards import (
+    CLS, IGNORE, MASK, SEP, MaskConfig, ShardsConfig, first_normal_id, main, mask_tokens, merge, open_shards,
+)
+from corpus_tools.text import InputError
+
+
+@pytest.fixture(scope="module")
+def petitions(tmp_path_factory) -> Path:
+    """The 150 sample petitions (formal prose, many sentences each): the recipe's natural input."""
+    path = tmp_path_factory.mktemp("pet") / "petitions.jsonl"
+    with gzip.open(SAMPLE / "petitions.jsonl.gz", "rt", encoding="utf-8") as f:
+        path.write_text(f.read(), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory) -> Path:
+    """600 short reviews + 30 petitions, as plain text with blank lines between documents."""
+    path = tmp_path_factory.mktemp("mixed") / "mixed.txt"
+    docs = [d for d in sample_texts(700) if d.strip()][:600] + sample_texts(30, "petitions")
+    path.write_text("\n\n".join(re.sub(r"\s*\n\s*", "\n", d.strip()) for d in docs) + "\n", encoding="utf-8")
+    return path
+
+
+def run(vocab_dir, inputs, out, **kw) -> dict:
+    return main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(i) for i in inputs], out=str(out), show=0, **kw))
+
+
+def shard_bytes(folder: Path) -> dict[str, str]:
+    m = read_manifest(folder, "shards")
+    return {n: sha256_file(folder / n) for s in m["shards"].values() for sh in s for n in sh["files"]}
+
+
+@pytest.fixture(scope="module")
+def static_run(vocab_dir, petitions, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("static")
+    run(vocab_dir, [petitions], out, masking="static", dupe_factor=3, mask_unit="token", valid_fraction=0.05)
+    return out
+
+
+def test_recipe_statistics_in_static_shards(static_run, tok):
+    m = read_manifest(static_run, "shards", verify=True)
+    tr = m["counts"]["train"]
+    assert tr["instances"] > 1000 and m["counts"]["valid"]["instances"] > 0
+    # NSP: 50/50 wherever the chunk could be either; one-sentence chunks can only be NotNext
+    assert abs(tr["isnext_share_when_free"] - 0.5) < 0.04
+    assert 0.35 < tr["isnext_share"] <= 0.5
+    # measure again from the shards themselves, not from the manifest
+    reader = open_shards(static_run, tok.fingerprint)
+    low = first_normal_id(tok)
+    n_cand = n_masked = as_mask = as_keep = as_random = nsp_random = 0
+    for i in range(len(reader)):
+        it = reader[i]
+        ids, labels, tt = it["input_ids"], it["labels"], it["token_type_ids"]
+        b = int(np.argmax(tt))
+        assert len(ids) <= 128 and ids[0] == CLS and ids[b - 1] == SEP and ids[-1] == SEP
+        assert ((ids == CLS) | (ids == SEP)).sum() == 3 and b >= 2 and b <= len(ids) - 2  # A and B non-empty
+        masked = labels != IGNORE
+        assert not masked[[0, b - 1, -1]].any()  # specials never masked
+        assert masked.sum() == max(1, round((len(ids) - 3) * 0.15))
+        got, want = ids[masked], labels[masked]
+        rand = (got != MASK) & (got != want)
+        assert (got[rand] >= low).all()  # random replacements are normal pieces only
+        n_cand += len(ids) - 3
+        n_masked += masked.sum()
+        as_mask += (got == MASK).sum()
+        as_keep += (got == want).sum()
+        as_random += rand.sum()
+        nsp_random += it["next_sentence_label"]
+    assert abs(n_masked / n_cand - 0.15) < 0.005
+    assert abs(as_mask / n_masked - 0.8) < 0.02
+    assert abs(as_keep / n_masked - 0.1) < 0.015 and abs(as_random / n_masked - 0.1) < 0.015
+    assert tr["random_next"] == nsp_random and tr["masking"]["masked"] == n_masked
+    assert tr["tokens"] == sum(sh["tokens"] for sh in m["shards"]["train"])
+
+
+def test_isnext_b_continues_a_and_lengths_fill_the_budget(vocab_dir, petitions, tok, tmp_path):
+    run(vocab_dir, [petitions], tmp_path, max_seq_len=512, valid_fraction=0)
+    reader = open_shards(tmp_path)
+    docs = [json.loads(line) for line in petitions.read_text(encoding="utf-8").splitlines()]
+    from corpus_tools.text import clean
+
+    encoded = [e["ids"].tolist() for e in tok.encode_documents([clean(d["title"] + "\n" + d["text"]) for d in docs])]
+    lengths = [len(reader[i]["input_ids"]) for i in range(len(reader))]
+    assert max(lengths) == 512 and np.median(lengths) > 400  # 512 works, and pairs fill it
+    checked = 0
+    for i in range(len(reader)):
+        it = reader[i]
+        if it["next_sentence_label"] != 0:
+            continue
+        ids = it["input_ids"].tolist()
+        b = ids.index(SEP) + 1
+        a, b = ids[1 : b - 1], ids[b:-1]  # IsNext: B follows A in A's document (truncation may cut between)
+        assert any(k >= j + len(a) for d in encoded for j in _find(d, a) for k in _find(d, b)), i
+        checked += 1
+        if checked == 20:
+            break
+    assert checked == 20
+
+
+def _find(seq: list[int], part: list[int]) -> list[int]:
+    n = len(part)
+    return [j for j in range(len(seq) - n + 1) if seq[j] == part[0] and seq[j : j + n] == part]
+
+
+def test_whole_unit_masking_masks_every_piece_of_a_unit(tok):
+    texts = sample_texts(200, "petitions")[:20]
+    cfg = MaskConfig.from_tokenizer(tok)
+    rng = np.random.default_rng(0)
+    multi = 0
+    for unit in ("morpheme", "eojeol"):
+        for enc in tok.encode_documents(texts):
+            ids, units = enc["ids"][:300], enc[unit][:300]
+            sizes = np.unique(units, return_counts=True)[1]
+            multi += (sizes > 1).sum()
+            special = np.zeros(len(ids), dtype=bool)
+            special[0] = True
+            _, labels = mask_tokens(ids, special, units, rng, cfg)
+            chosen = labels != IGNORE
+            assert not chosen[0]
+            k = max(1, round((len(ids) - 1) * 0.15))
+            assert 0 < chosen.sum() <= k
+            for u in np.unique(units[chosen]):
+                members = (units == u) & ~special
+                assert chosen[members].all(), (unit, u)  # all pieces of a chosen unit, together
+    assert multi > 100  # the check above had units of several pieces to get wrong
+    # token-level masking does split units: the test above can tell the difference
+    split = 0
+    for enc in tok.encode_documents(texts):
+        ids, units = enc["ids"], enc["morpheme"]
+        _, labels = mask_tokens(ids, np.zeros(len(ids), dtype=bool), None, rng, cfg)
+        chosen = labels != IGNORE
+        split += sum(not chosen[units == u].all() for u in np.unique(units[chosen]))
+    assert split > 0
+
+
+def test_mask_tokens_counts_and_never_touches_specials(tok):
+    cfg = MaskConfig.from_tokenizer(tok)
+    ids = np.arange(300, 400, dtype=np.int32)
+    special = np.zeros(100, dtype=bool)
+    special[[0, 50, 99]] = True
+    out, labels = mask_tokens(ids, special, None, np.random.default_rng(1), cfg)
+    assert (labels != IGNORE).sum() == round(97 * 0.15) and (labels[special] == IGNORE).all()
+    assert (out[labels == IGNORE] == ids[labels == IGNORE]).all() and out.dtype == ids.dtype
+    one = np.array([CLS, 500, SEP], dtype=np.int32)
+    _, labels = mask_tokens(one, one != 500, None, np.random.default_rng(0), cfg)
+    assert labels.tolist() == [IGNORE, 500, IGNORE]  # at least one token, even in a tiny instance
+    again = mask_tokens(ids, special, None, np.random.default_rng(1), cfg)
+    assert (again[0] == out).all()  # same generator state, same masks
+
+
+def test_dynamic_shards_store_units_and_the_loader_masks_them(vocab_dir, mixed, tmp_path):
+    m = run(vocab_dir, [mixed], tmp_path, mask_unit="eojeol")
+    assert m["config"]["masking"] == "dynamic" and m["config"]["dupe_factor"] == 1
+    reader = open_shards(tmp_path)
+    it = reader[3]
+    assert "labels" not in it and it["unit_ids"].dtype == np.int16 and it["unit_ids"][0] == -1
+    rng = np.random.default_rng(0)
+    a, b = reader.masked(3, rng), reader.masked(3, rng)
+    assert (a["labels"] != IGNORE).any() and not np.array_equal(a["labels"], b["labels"])  # new masks each epoch
+    c = m["counts"]
+    assert c["documents_in"] == 630 == c["documents_used"] + sum(c["documents_skipped"].values())
+    assert abs(c["train"]["masking"]["masked_share"] - 0.15) < 0.02
+
+
+def test_same_inputs_same_seed_byte_identical(vocab_dir, mixed, tmp_path):
+    a = run(vocab_dir, [mixed], tmp_path / "a", docs_per_shard=200)
+    b = run(vocab_dir, [mixed], tmp_path / "b", docs_per_shard=200, batch_docs=7)  # batch size is speed only
+    assert len(a["shards"]["train"]) == 4
+    assert shard_bytes(tmp_path / "a") == shard_bytes(tmp_path / "b")
+    assert a["tokenizer_hash"] == b["tokenizer_hash"] and a["counts"] == b["counts"]
+    c = run(vocab_dir, [mixed], tmp_path / "c", docs_per_shard=200, seed=1)
+    assert shard_bytes(tmp_path / "c") != shard_bytes(tmp_path / "a")
+
+
+class Killed(Exception):
+    pass
+
+
+def test_resume_after_a_killed_run(vocab_dir, mixed, tmp_path):
+    ref = run(vocab_dir, [mixed], tmp_path / "ref", docs_per_shard=200)
+    out = tmp_path / "out"
+
+    def kill_after_1(k: int) -> None:
+        if k == 1:
+            raise Killed
+
+    with pytest.raises(Killed):
+        main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(mixed)], out=str(out), docs_per_shard=200, show=0), on_chunk=kill_after_1)
+    assert not (out / "manifest.json").exists()
+    progress = json.loads((out / "progress.json").read_text())
+    assert sorted(progress["chunks"]) == ["0", "1"]
+    done = sorted(out.glob("*-0000[01].*.npy"))
+    mtimes = {p: p.stat().st_mtime_ns for p in done}
+    assert len(done) >= 8
+    (out / "train-00001.tokens.npy").unlink()  # and one finished file lost as well: that shard is redone
+
+    m = run(vocab_dir, [mixed], out, docs_per_shard=200)
+    assert (m["run"]["shards_built"], m["run"]["shards_reused"]) == (3, 1)
+    assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items() if "-00000." in p.name)  # not rewritten
+    assert shard_bytes(out) == shard_bytes(tmp_path / "ref")
+    assert m["counts"] == ref["counts"] and not (out / "progress.json").exists()
+    assert not list(out.glob(".*"))  # no temp files left
+    # a finished folder is left alone; other options are refused instead of mixed in
+    assert run(vocab_dir, [mixed], out, docs_per_shard=200)["run"] == m["run"]
+    with pytest.raises(InputError, match="other options"):
+        run(vocab_dir, [mixed], out, docs_per_shard=100)
+
+
+@pytest.fixture
+def hostile(tmp_path) -> Path:
+    d = tmp_path / "hostile"
+    d.mkdir()
+    (d / "empty.txt").write_bytes(b"")
+    (d / "bytes.txt").write_bytes(
+        "좋은 문서입니다. 두 문장이에요.\n\n".encode() + b"\xff\xfe\xfa broken bytes\n\n"
+        + "널\x00문자가 섞인 문서. 그래도 쓸 수 있어요.\n\n".encode()
+        + "   \n\x01\x02\n\n".encode()  # only whitespace and controls: empty after cleaning
+        + "가\n\n".encode()  # too short
+        + "텍스트에 [SEP] 과 [MASK] 가 적혀 있어요. 구조로 오해되면 안 됩니다.\n".encode()
+    )
+    (d / "long.txt").write_text("x" * 1_000_000 + "\n", encoding="utf-8")
+    (d / "rows.jsonl").write_text('{"text": "제이슨 문서"}\n{broken\n{"other": 1}\n', encoding="utf-8")
+    return d
+
+
+def test_hostile_input_is_counted_not_fatal(vocab_dir, hostile, tmp_path):
+    t = time.time()
+    m = run(vocab_dir, [hostile], tmp_path, valid_fraction=0)
+    assert time.time() - t < 20  # the 1 MB line without spaces is skipped before Kiwi sees it
+    c = m["counts"]
+    assert c["documents_skipped"] == {
+        "empty": 1, "invalid_utf8": 1, "malformed_json": 1, "missing_field": 1, "too_long": 1, "too_short": 1,
+    }
+    assert c["documents_in"] == c["documents_used"] + sum(c["documents_skipped"].values()) == 10
+    assert c["first_skip_at"]["invalid_utf8"].endswith("bytes.txt:3")
+    assert c["first_skip_at"]["too_long"].endswith("long.txt:1")
+    assert c["train"]["special_ids_in_text"] == 2
+    reader = open_shards(tmp_path)
+    for i in range(len(reader)):
+        ids = reader[i]["input_ids"]
+        assert (ids == SEP).sum() == 2 and (ids == MASK).sum() == 0 and (ids == CLS).sum() == 1
+
+
+def test_strict_turns_skips_into_errors(vocab_dir, hostile, tmp_path):
+    with pytest.raises(InputError, match=r"bytes\.txt:3: invalid utf8"):
+        run(vocab_dir, [hostile / "bytes.txt"], tmp_path / "a", strict=True)
+    with pytest.raises(InputError, match=r"long\.txt:1: too long"):
+        run(vocab_dir, [hostile / "long.txt"], tmp_path / "b", strict=True)
+
+
+def test_open_shards_refuses_another_tokenizer_or_edited_files(static_run, tok, tmp_path):
+    import shutil
+
+    assert len(open_shards(static_run, tokenizer_hash=tok.fingerprint)) > 0
+    with pytest.raises(ValueError, match="made with tokenizer"):
+        open_shards(static_run, tokenizer_hash="0" * 64)
+    copy = tmp_path / "copy"
+    shutil.copytree(static_run, copy)
+    with open(copy / "train-00000.labels.npy", "r+b") as f:
+        f.seek(-4, 2)
+        f.write(b"\x07\x00\x00\x00")
+    with pytest.raises(ValueError, match="sha256 differs"):
+        open_shards(copy)
+    # the folder carries its tokenizer, so it can be decoded on its own
+    from korbert.tokenizer import KorBertTokenizer
+
+    assert KorBertTokenizer.from_pretrained(copy / "tokenizer").fingerprint == tok.fingerprint
+
+
+def test_show_prints_masked_pairs(vocab_dir, mixed, tmp_path, capsys):
+    main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(mixed)], out=str(tmp_path), show=3))
+    out = capsys.readouterr().out
+    assert out.count("  A: [CLS]") == 3 and out.count("[SEP]") >= 6 and "[MASK]" in out
+    assert "IsNext" in out or "NotNext" in out
+    assert "documents: 630 in = " in out
+
+
+def test_parts_and_merge(vocab_dir, mixed, tmp_path):
+    parts = [run(vocab_dir, [mixed], tmp_path, num_parts=2, part=p) for p in (1, 0)]
+    assert (tmp_path / "part-00000" / "manifest.json").is_file() and not (tmp_path / "manifest.json").exists()
+    m = merge(tmp_path)
+    assert m["counts"]["documents_in"] == 630 == sum(p["counts"]["documents_in"] for p in parts)
+    assert m["counts"]["train"]["instances"] == sum(p["counts"]["train"]["instances"] for p in parts)
+    reader = open_shards(tmp_path)
+    assert len(reader) == m["counts"]["train"]["instances"] and reader[len(reader) - 1]["input_ids"][0] == CLS
+
+
+def test_user_errors_are_clear(vocab_dir, mixed, tmp_path, capsys):
+    from korbert.cli import main as korbert
+
+    assert korbert(["shards", "--tokenizer", str(tmp_path / "nope"), "--inputs", str(mixed), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "korbert shards: error: --tokenizer" in err and "no manifest.json" in err and "Traceback" not in err
+    assert korbert(["shards", "--tokenizer", str(vocab_dir), "--inputs", str(mixed), "--out", str(tmp_path / "o"), "--part", "3"]) == 2
+    assert "--part must be in 0..0" in capsys.readouterr().err
+    (tmp_path / "e.txt").write_text("\n\n", encoding="utf-8")
+    with pytest.raises(InputError, match="no training instances"):
+        run(vocab_dir, [tmp_path / "e.txt"], tmp_path / "o2")
+    with pytest.raises(InputError, match="part not finished|no part"):
+        merge(tmp_path)
+
+
+def test_clean_fast_control_check_matches_the_per_character_definition():
+    # clean() skips its per-character scan when has_control() says nothing is to be removed
+    from corpus_tools.text import _is_control, clean, has_control
+
+    wrong = [c for c in range(0x110000) if has_control(chr(c)) != _is_control(chr(c))]
+    assert wrong == []
+    assert clean("가\x1f나\r다 \x00 라\u200d\u3000마") == "가나다 라\u200d 마"
+
+
+def test_one_doc_per_line_and_text_fields(vocab_dir, tmp_path):
+    lines = tmp_path / "lines.txt"
+    lines.write_text("첫 문서입니다. 정말로요.\n둘째 문서예요.\n셋째 문서는 조금 더 깁니다. 그렇죠?\n", encoding="utf-8")
+    m = run(vocab_dir, [lines], tmp_path / "a", one_doc_per_line=True, valid_fraction=0)
+    assert m["counts"]["documents_in"] == m["counts"]["documents_used"] == 3
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"title": "제목만 씁니다", "body": "본문"}\n{"title": "두 번째 제목", "body": "본문"}\n', encoding="utf-8")
+    m = run(vocab_dir, [rows], tmp_path / "b", text_field=["title"], valid_fraction=0)
+    assert m["counts"]["documents_used"] == 2 and m["counts"]["sentences"] == 2
