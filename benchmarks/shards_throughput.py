@@ -21,7 +21,6 @@ import argparse
 import gzip
 import json
 import os
-import platform
 import resource
 import statistics
 import sys
@@ -31,16 +30,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from corpus_tools.artifacts import machine  # noqa: E402
 CORPUS = ROOT.parent / "shared" / "data" / "corpus"
-
-
-def machine() -> dict:
-    cpu = "unknown"
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "python": platform.python_version(), "platform": platform.platform()}
 
 
 def rss_mb() -> float:

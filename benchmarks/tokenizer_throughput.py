@@ -15,7 +15,6 @@ import argparse
 import os
 import gzip
 import json
-import platform
 import statistics
 import sys
 import time
@@ -23,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from corpus_tools.artifacts import machine  # noqa: E402
 
 
 def nsmc_docs(path: Path) -> list[str]:
@@ -33,15 +34,6 @@ def nsmc_docs(path: Path) -> list[str]:
 def jsonl_texts(path: Path) -> list[str]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line)["text"] for line in f]
-
-
-def machine() -> dict:
-    cpu = "unknown"
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "python": platform.python_version(), "platform": platform.platform()}
 
 
 def main() -> dict:

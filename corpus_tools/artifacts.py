@@ -59,6 +59,18 @@ def versions() -> dict:
     return out
 
 
+def machine() -> dict:
+    """The machine a number was measured on (benchmarks record it beside every result)."""
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": cpu, "cores": cores, "python": platform.python_version(), "platform": platform.platform()}
+
+
 def write_manifest(folder: str | os.PathLike, kind: str, format_version: int, files: list[str], **fields) -> dict:
     folder = Path(folder)
     manifest = {

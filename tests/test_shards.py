@@ -184,7 +184,7 @@ def test_same_inputs_same_seed_byte_identical(vocab_dir, mixed, tmp_path):
     assert len(a["shards"]["train"]) == 4
     assert shard_bytes(tmp_path / "a") == shard_bytes(tmp_path / "b")
     assert a["tokenizer_hash"] == b["tokenizer_hash"] and a["counts"] == b["counts"]
-    c = run(vocab_dir, [mixed], tmp_path / "c", docs_per_shard=200, seed=1)
+    run(vocab_dir, [mixed], tmp_path / "c", docs_per_shard=200, seed=1)
     assert shard_bytes(tmp_path / "c") != shard_bytes(tmp_path / "a")
 
 
