@@ -138,7 +138,7 @@ def main(cfg: VocabConfig) -> dict:
         )
     t_kiwi = time.time() - t0
     for line in lines[: cfg.show]:
-        print("  " + line.replace(DELIM, " + "))
+        print("  " + line.replace(DELIM, " + ").strip())
 
     model_bytes = train_spm(lines, cfg, threads)
     t_spm = time.time() - t0 - t_kiwi
