@@ -93,12 +93,11 @@ def segment_spans(text: str, spans: Iterable[tuple[int, int]]) -> list[tuple[int
 
     Overlapping spans merge; zero-length spans join the segment they touch; non-space characters
     Kiwi did not cover become segments of their own (one per run); whitespace always splits.
-    (This runs once per text inside the tokenizer: the common path is kept to C-level checks.)
+    (This runs once per text inside the tokenizer: whitespace checks are C-level str/regex calls.)
     """
     out: list[tuple[int, int]] = []
     pos = 0  # everything before pos is emitted
     cur_s = cur_e = -1
-    search = _WS.search
     for s, e in spans:
         if cur_e >= 0 and (s < cur_e or (s == e and s <= cur_e)):
             if e > cur_e:
@@ -107,14 +106,7 @@ def segment_spans(text: str, spans: Iterable[tuple[int, int]]) -> list[tuple[int
         if s >= e:
             continue
         if cur_e >= 0:
-            if pos == cur_s or (pos < cur_s and text[pos:cur_s].isspace()):
-                if search(text, cur_s, cur_e):  # common path, inlined: a clean segment
-                    out += _split_ws(text, cur_s, cur_e)
-                else:
-                    out.append((cur_s, cur_e))
-                pos = cur_e
-            else:
-                pos = _emit(text, pos, cur_s, cur_e, out)
+            pos = _emit(text, pos, cur_s, cur_e, out)
         cur_s, cur_e = s, e
     if cur_e >= 0:
         pos = _emit(text, pos, cur_s, cur_e, out)
@@ -124,6 +116,7 @@ def segment_spans(text: str, spans: Iterable[tuple[int, int]]) -> list[tuple[int
 
 
 def _emit(text: str, pos: int, s: int, e: int, out: list) -> int:
+    """Append segment [s, e) to `out`, after any characters Kiwi left out before it; -> new pos."""
     s = max(s, pos)  # Kiwi spans are ordered; be safe anyway
     if pos < s and not text[pos:s].isspace():  # characters Kiwi left out
         out += _split_ws(text, pos, s)

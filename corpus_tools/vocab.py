@@ -66,17 +66,17 @@ def segmented_sentences(texts: list[str], threads: int) -> list[str]:
         segs = list(zip(a.segments, a.eojeol_start))
         i = 0
         for k, (s_start, s_end) in enumerate(a.sentences):
-            # A sentence after the first follows a space in the document, so at encode time its
-            # first segment carries "▁": train on it the same way.
-            parts: list[str] = [" "] if k else []
+            parts: list[str] = []
             while i < len(segs) and segs[i][0][0] < s_end:
                 (x, y), first = segs[i]
-                if parts and parts != [" "]:
+                if parts:
                     parts.append(" " if first else DELIM)
                 parts.append(a.text[x:y])
                 i += 1
-            if parts and parts != [" "]:
-                lines.append("".join(parts))
+            if parts:
+                # A sentence after the first follows a space in the document, so at encode time
+                # its first segment carries "▁": train on it the same way.
+                lines.append((" " if k else "") + "".join(parts))
     return lines
 
 

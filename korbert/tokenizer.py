@@ -44,12 +44,13 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 from tokenizers.pre_tokenizers import PreTokenizer
 from transformers import TokenizersBackend
 
-from corpus_tools.morph import _WS, DEFAULT_KIWI, get_kiwi, segment_spans
+from corpus_tools.morph import DEFAULT_KIWI, get_kiwi, segment_spans
 from corpus_tools.text import nfc, nfc_with_offsets
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0..4, always
 SPACE = "▁"  # U+2581, SentencePiece's whitespace marker
 SPM_FILE = "spm.model"
+_SPACES = frozenset(c for c in map(chr, range(0x3001)) if c.isspace())  # every str.isspace() char
 FORMAT_VERSION = 1
 
 
@@ -126,15 +127,12 @@ class Segmenter:
         return out
 
     def pieces(self, text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """Word spans: each segment, extended one char to the left when whitespace precedes it
-        (that char becomes the "▁"); unknown characters split off as words of their own."""
+        """Word spans when `text` holds unknown characters: each segment, extended one char to the
+        left when whitespace precedes it (that char becomes the "▁"), with every unknown character
+        split off as a word of its own."""
         out = []
-        isolate = not self.known.issuperset(text)
         for a, b in spans:
             space = a > 0 and text[a - 1].isspace()
-            if not isolate:
-                out.append((a - 1 if space else a, b))
-                continue
             start = a
             for i in range(a, b + 1):
                 if i < b and text[i] in self.known:
@@ -183,8 +181,7 @@ class KorBertTokenizer(TokenizersBackend):
         self.kiwi_options = dict(kiwi_options or DEFAULT_KIWI)
         vocab = self._tokenizer.get_vocab(with_added_tokens=False)
         # Characters that need no isolation: single-char pieces, plus whitespace (it becomes "▁").
-        spaces = " \t\n\r\x0b\x0c\xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B)))
-        known = frozenset(p for p in vocab if len(p) == 1 and p not in SPECIAL_TOKENS) | frozenset(spaces)
+        known = frozenset(p for p in vocab if len(p) == 1 and p not in SPECIAL_TOKENS) | _SPACES
         self._segmenter = Segmenter(self.kiwi_options, known)
         self._tokenizer.pre_tokenizer = PreTokenizer.custom(KiwiPreTokenizer(self._segmenter))
 
@@ -358,48 +355,27 @@ class KorBertTokenizer(TokenizersBackend):
         segs = self._segmenter.words(texts, self.added_tokens_encoder, split_sents=True)
         with self._words_mode():
             encodings = self._tokenizer.encode_batch([s["words"] for s in segs], is_pretokenized=True, add_special_tokens=False)
-        # Vectorized over the batch: texts laid end to end, everything in these global coordinates.
-        joined = "".join(texts)
-        char_base = np.cumsum([0] + [len(t) for t in texts])
-        space = np.zeros(len(joined) + 1, dtype=bool)
-        space[[m.start() for m in _WS.finditer(joined)]] = True
-        n_tok = np.array([len(e.ids) for e in encodings], dtype=np.int64)
-        n_word = np.array([len(s["words"]) for s in segs], dtype=np.int64)
-        n_seg = np.array([len(s["segments"]) for s in segs], dtype=np.int64)
-        n_sent = np.array([len(s["sentences"]) for s in segs], dtype=np.int64)
-        ids = np.fromiter((i for e in encodings for i in e.ids), np.int32, int(n_tok.sum()))
-        word = np.fromiter((w for e in encodings for w in e.word_ids), np.int64, int(n_tok.sum()))
-        rel = np.fromiter((x for e in encodings for o in e.offsets for x in o), np.int64, 2 * int(n_tok.sum())).reshape(-1, 2)
-        word_base = np.repeat(np.cumsum(n_word) - n_word, n_tok)
-        doc_char = np.repeat(char_base[:-1], n_tok)
-        word_start = np.fromiter((a for s in segs for a in s["starts"]), np.int64, int(n_word.sum()))
-        offsets = rel + word_start[word + word_base][:, None] if len(word) else rel  # per-doc char offsets
-        seg_start = np.fromiter((a for s in segs for a, _ in s["segments"]), np.int64, int(n_seg.sum()))
-        seg_global = seg_start + np.repeat(char_base[:-1], n_seg)
-        sent_global = np.fromiter((a for s in segs for a in s["sentences"]), np.int64, int(n_sent.sum())) + np.repeat(char_base[:-1], n_sent)
-        # a segment opens an eojeol at its text's start or after whitespace
-        opens = (seg_start == 0) | space[np.maximum(seg_global - 1, 0)]
-        eojeol_global = np.cumsum(opens) - 1
-        # a lone "▁" spans the whitespace before its unit: look one character right
-        pos = offsets[:, 0] + doc_char
-        pos = pos + space[pos]
-        seg_base = np.repeat(np.cumsum(n_seg) - n_seg, n_tok)
-        morpheme_global = np.searchsorted(seg_global, pos, side="right") - 1
-        morpheme = morpheme_global - seg_base
-        first_seg = np.cumsum(n_seg) - n_seg  # each text's first segment always opens eojeol 0
-        eojeol_first = np.append(eojeol_global, 0)[first_seg]
-        eojeol = np.append(eojeol_global, 0)[morpheme_global] - np.repeat(eojeol_first, n_tok)
-        sentence = np.searchsorted(sent_global, pos, side="right") - 1 - np.repeat(np.cumsum(n_sent) - n_sent, n_tok)
-        cut = np.cumsum(n_tok)[:-1]
-        cols = {
-            "ids": ids,
-            "sentence": np.maximum(sentence, 0).astype(np.int32),
-            "morpheme": morpheme.astype(np.int32),
-            "eojeol": eojeol.astype(np.int32),
-            "offsets": offsets.astype(np.int32),
-        }
-        parts = {k: np.split(v, cut) for k, v in cols.items()}
-        return [{k: parts[k][i] for k in cols} for i in range(len(texts))]
+        out = []
+        for text, seg, enc in zip(texts, segs, encodings):
+            n = len(enc.ids)
+            word = np.asarray(enc.word_ids, dtype=np.int64)
+            starts = np.asarray(seg["starts"], dtype=np.int64)
+            rel = np.asarray(enc.offsets, dtype=np.int64).reshape(n, 2)
+            offsets = rel + (starts[word][:, None] if n else 0)
+            seg_starts = np.asarray([a for a, _ in seg["segments"]], dtype=np.int64)
+            eojeol_of_seg = np.cumsum([a == 0 or text[a - 1].isspace() for a, _ in seg["segments"]], dtype=np.int64) - 1
+            # a lone "▁" spans the whitespace before its unit: look one character right
+            pos = offsets[:, 0] + np.fromiter((text[a].isspace() for a in offsets[:, 0]), bool, n)
+            morpheme = np.searchsorted(seg_starts, pos, side="right") - 1
+            sentence = np.searchsorted(np.asarray(seg["sentences"], dtype=np.int64), pos, side="right") - 1
+            out.append({
+                "ids": np.asarray(enc.ids, dtype=np.int32),
+                "sentence": np.maximum(sentence, 0).astype(np.int32),
+                "morpheme": morpheme.astype(np.int32),
+                "eojeol": eojeol_of_seg[morpheme].astype(np.int32) if n else morpheme.astype(np.int32),
+                "offsets": offsets.astype(np.int32),
+            })
+        return out
 
 
 def _existing(folder: Any, name: str) -> str | None:
