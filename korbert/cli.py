@@ -4,6 +4,8 @@
     korbert tokenize  show how a tokenizer folder splits text (tokens, ids, offsets)
     korbert shards    raw text -> BERT pretraining instances (NSP pairs + MLM) in checksummed shards
     korbert shards-merge  one manifest over the part-*/ folders of a --num-parts run
+    korbert pretrain  shards -> BERT (MLM + NSP) with checkpoints/resume -> an exported final/ folder
+    korbert eval      fine-tune and score a model: `korbert eval nsmc|korquad|baseline ...`
 
 `korbert SUBCOMMAND --help` explains each one's options.
 """
@@ -34,6 +36,18 @@ def _shards_merge(argv: list[str]) -> None:
     merge_cli(argv)
 
 
+def _pretrain(argv: list[str]) -> None:
+    from korbert.pretrain import cli
+
+    cli(argv)
+
+
+def _eval(argv: list[str]) -> None:
+    from evals.cli import main
+
+    main(argv)
+
+
 def _tokenize(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(prog="korbert tokenize", description="Print tokens, ids and offsets for text.")
     ap.add_argument("tokenizer", help="tokenizer folder (the output of `korbert vocab`)")
@@ -61,7 +75,10 @@ def _tokenize(argv: list[str]) -> None:
                 print(f"  {r['id']:>6}  {r['start']:>4}-{r['end']:<4} {r['token']!s:<12} {r['text']!r}")
 
 
-COMMANDS = {"vocab": _vocab, "tokenize": _tokenize, "shards": _shards, "shards-merge": _shards_merge}
+COMMANDS = {
+    "vocab": _vocab, "tokenize": _tokenize, "shards": _shards, "shards-merge": _shards_merge,
+    "pretrain": _pretrain, "eval": _eval,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

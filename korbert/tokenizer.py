@@ -312,8 +312,9 @@ class KorBertTokenizer(TokenizersBackend):
             )
         if kwargs.get("return_offsets_mapping"):
             self._fix_offsets(out, (norm_a, seg_a), (norm_b, seg_b))
-        if tensors is not None:
-            out.convert_to_tensors(tensors)
+        if tensors is not None:  # one text stays a batch of one, as in HF (pipelines rely on it)
+            single = not batched and not kwargs.get("return_overflowing_tokens")
+            out.convert_to_tensors(tensors, prepend_batch_axis=single)
         return out
 
     def _fix_offsets(self, out, side_a, side_b) -> None:

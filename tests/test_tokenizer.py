@@ -109,6 +109,8 @@ def test_batch_padding_truncation_tensors(tok):
     assert isinstance(batch["input_ids"], torch.Tensor) and batch["input_ids"].shape[0] == 2
     assert batch["input_ids"][0].tolist()[: len(single[0])] == single[0]
     assert batch["attention_mask"][0].sum().item() == len(single[0])
+    one = tok(texts[0], return_tensors="pt")  # one text is a batch of one, as in HF (fill-mask relies on it)
+    assert one["input_ids"].shape == (1, len(single[0])) and one["attention_mask"].shape == (1, len(single[0]))
     cut = tok(texts, truncation=True, max_length=6)["input_ids"]
     assert [len(x) for x in cut] == [len(single[0]), 6] and cut[1][-1] == tok.sep_token_id
     pair = tok("질문은 꽤 긴 편입니다", "문맥도 깁니다 아주 아주 깁니다", truncation="only_second", max_length=20)
