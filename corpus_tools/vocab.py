@@ -80,6 +80,17 @@ def segmented_sentences(texts: list[str], threads: int) -> list[str]:
     return lines
 
 
+def _same_work(old: dict, config: dict, inputs: list[dict]) -> bool:
+    """Up to date = same options and same input *contents* (a path spelled another way is the same file)."""
+    def content(i):
+        return [(x["bytes"], x["sha256"]) for x in i]
+
+    def options(c):
+        return {k: v for k, v in c.items() if k != "inputs"}
+
+    return options(old.get("config", {})) == options(config) and content(old.get("inputs", [])) == content(inputs)
+
+
 def main(cfg: VocabConfig) -> dict:
     from tqdm import tqdm
 
@@ -91,7 +102,7 @@ def main(cfg: VocabConfig) -> dict:
     config.pop("force"), config.pop("show"), config.pop("out")
     if not cfg.force and (out / "manifest.json").is_file():
         old = read_manifest(out, "vocab")
-        if old.get("config") == config and old.get("inputs") == inputs:
+        if _same_work(old, config, inputs):
             print(f"{out}: vocabulary up to date (tokenizer {old['tokenizer_hash'][:12]}); --force rebuilds it")
             return old
 

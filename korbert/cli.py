@@ -6,6 +6,7 @@
     korbert shards-merge  one manifest over the part-*/ folders of a --num-parts run
     korbert pretrain  shards -> BERT (MLM + NSP) with checkpoints/resume -> an exported final/ folder
     korbert eval      fine-tune and score a model: `korbert eval nsmc|korquad|baseline ...`
+    korbert run       the whole recipe: corpus -> vocab -> shards -> pretrain -> NSMC + KorQuAD -> report
 
 `korbert SUBCOMMAND --help` explains each one's options.
 """
@@ -48,6 +49,12 @@ def _eval(argv: list[str]) -> None:
     main(argv)
 
 
+def _run(argv: list[str]) -> None:
+    from korbert.recipe import cli
+
+    cli(argv)
+
+
 def _tokenize(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(prog="korbert tokenize", description="Print tokens, ids and offsets for text.")
     ap.add_argument("tokenizer", help="tokenizer folder (the output of `korbert vocab`)")
@@ -77,7 +84,7 @@ def _tokenize(argv: list[str]) -> None:
 
 COMMANDS = {
     "vocab": _vocab, "tokenize": _tokenize, "shards": _shards, "shards-merge": _shards_merge,
-    "pretrain": _pretrain, "eval": _eval,
+    "pretrain": _pretrain, "eval": _eval, "run": _run,
 }
 
 

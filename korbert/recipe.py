@@ -1,0 +1,267 @@
+"""`korbert run`: raw corpus -> vocabulary -> shards -> pretraining -> NSMC + KorQuAD -> report.
+
+    korbert run --preset demo                    # the embedded sample, <= 10 min on 2 CPU cores
+    korbert run --preset cpu                     # the shared corpus + full NSMC-R / KorQuAD split, CPU
+    torchrun --nproc_per_node 8 -m korbert.recipe --preset gpu-base
+
+Each stage writes its folder under --out and is skipped when that folder already holds the same
+work (same inputs, same settings, same upstream artifact), so an interrupted recipe resumes and a
+changed setting redoes only the stages it reaches:
+
+    out/vocab/     tokenizer (korbert vocab)          out/nsmc/{model,control,baseline}/
+    out/shards/    NSP/MLM shards (korbert shards)    out/korquad/{model,control}/
+    out/pretrain/  ckpt.pt, log.jsonl, final/         out/report.md, report.json, plots/
+
+Every preset also fine-tunes the control (same architecture, random initialization, same
+fine-tuning) and runs the TF-IDF + logistic regression baselines, so the report shows what
+pretraining bought. Any stage setting can be changed with --set stage.field=value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from corpus_tools import config as C
+from corpus_tools.artifacts import atomic_write_json, machine, read_manifest
+from corpus_tools.text import InputError
+
+SAMPLE = Path(__file__).resolve().parent / "sample_data"
+SHARED = Path(os.environ.get("KORBERT_SHARED_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
+STAGES = ("vocab", "shards", "pretrain", "nsmc", "korquad", "baseline")
+
+_sample = {
+    "corpus": [str(SAMPLE / "reviews.jsonl.gz"), str(SAMPLE / "petitions.jsonl.gz")],
+    "nsmc_train": str(SAMPLE / "nsmc_train.txt"), "nsmc_test": str(SAMPLE / "nsmc_test.txt"),
+    "korquad_dev": str(SAMPLE / "korquad_dev.json"),
+}
+_shared = {
+    "corpus": [str(SHARED / "corpus" / "reviews.jsonl.gz"), str(SHARED / "corpus" / "petitions.jsonl.gz")],
+    "nsmc_train": str(SHARED / "nsmc" / "ratings_train.txt"), "nsmc_test": str(SHARED / "nsmc" / "ratings_test.txt"),
+    "korquad_dev": str(SHARED / "korquad" / "KorQuAD_v1.0_dev.json"),
+}
+
+# preset -> data + per-stage settings (fields of VocabConfig, ShardsConfig, PretrainConfig, NsmcConfig, ...)
+PRESETS = {
+    "demo": {
+        **_sample,
+        "about": "the embedded sample (20k reviews + 150 petitions; NSMC-R 8k/2k; 14 KorQuAD articles); BERT-mini, 600 steps",
+        "vocab": {"vocab_size": 8000},
+        "shards": {"docs_per_shard": 50_000},
+        "pretrain": {"model_size": "mini", "max_steps": 600, "batch_size": 32, "lr": 1e-3, "eval_every": 200, "eval_instances": 1000},
+        "nsmc": {"epochs": 1, "lr": 1e-4, "batch_size": 32},
+        "korquad": {"epochs": 2, "lr": 2e-4, "batch_size": 16},
+        "baseline": {},
+    },
+    "cpu": {
+        **_shared,
+        "about": "the shared corpus (652k documents); full NSMC-R (150k/50k) and the KorQuAD dev split; BERT-mini, 30 min of CPU pretraining",
+        "vocab": {"vocab_size": 32000},
+        "shards": {},
+        "pretrain": {"model_size": "mini", "max_steps": 0, "max_minutes": 30, "batch_size": 64, "lr": 1e-3, "eval_every": 500, "eval_instances": 2000},
+        "nsmc": {"epochs": 1, "lr": 1e-4, "batch_size": 64},
+        "korquad": {"epochs": 2, "lr": 2e-4, "batch_size": 16},
+        "baseline": {},
+    },
+    "gpu-small": {
+        **_shared,
+        "about": "the shared corpus; BERT-small for 1 hour on one H100 (bf16, torch.compile)",
+        "vocab": {"vocab_size": 32000},
+        "shards": {},
+        "pretrain": {"model_size": "small", "max_steps": 0, "max_minutes": 60, "batch_size": 256, "lr": 1e-3, "compile": True, "eval_every": 1000},
+        "nsmc": {"epochs": 2, "lr": 1e-4, "batch_size": 64},
+        "korquad": {"epochs": 3, "lr": 1e-4, "batch_size": 32},
+        "baseline": {},
+    },
+    "gpu-base": {
+        **_shared,
+        "about": "the shared corpus; BERT-base for 4 hours on one H100 (bf16, torch.compile); multi-GPU with torchrun",
+        "vocab": {"vocab_size": 32000},
+        "shards": {},
+        "pretrain": {"model_size": "base", "max_steps": 0, "max_minutes": 240, "batch_size": 256, "lr": 2e-4, "warmup": 0.02, "compile": True, "eval_every": 2000},
+        "nsmc": {"epochs": 2, "lr": 5e-5, "batch_size": 64},
+        "korquad": {"epochs": 2, "lr": 5e-5, "batch_size": 32},
+        "baseline": {},
+    },
+}
+
+
+@dataclass
+class RecipeConfig:
+    """One command from raw corpus to a scored Korean BERT (see the module doc for the layout)."""
+
+    preset: str = C.field("demo", "what to run: demo (sample, minutes), cpu (shared data, hours), gpu-small, gpu-base", choices=list(PRESETS))
+    out: str = C.field("", "run folder (default: runs/<preset>)")
+    corpus: list[str] = C.field([], "pretraining text: files, folders or globs (.txt/.jsonl[.gz]; default: the preset's)")
+    nsmc_train: str = C.field("", "NSMC-format training file (default: the preset's)")
+    nsmc_test: str = C.field("", "NSMC-format test file")
+    korquad_dev: str = C.field("", "KorQuAD 1.0 dev JSON (split by article unless --korquad-train is given)")
+    korquad_train: str = C.field("", "KorQuAD 1.0 train JSON: the official protocol (train on it, score all of dev)")
+    set: list[str] = C.field([], "stage settings, as stage.field=value (e.g. pretrain.max_steps=100 nsmc.epochs=2)")
+    force: bool = C.field(False, "redo every stage")
+
+
+def _coerce(cls, name: str, value: str):
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    if name not in hints:
+        raise InputError(f"--set: {cls.__name__} has no field {name!r} (see that stage's --help)")
+    kind = hints[name]
+    if kind is bool:
+        return value.lower() in ("1", "true", "yes")
+    if typing.get_origin(kind) is list:
+        return value.split(",")
+    return kind(value)
+
+
+def _stage_configs(cfg: RecipeConfig) -> dict:
+    from corpus_tools.shards import ShardsConfig
+    from corpus_tools.vocab import VocabConfig
+    from evals.baseline import BaselineConfig
+    from evals.korquad import KorquadConfig
+    from evals.nsmc import NsmcConfig
+    from korbert.pretrain import PretrainConfig
+
+    p = PRESETS[cfg.preset]
+    out = Path(cfg.out or f"runs/{cfg.preset}")
+    corpus = cfg.corpus or p["corpus"]
+    nsmc_train, nsmc_test = cfg.nsmc_train or p["nsmc_train"], cfg.nsmc_test or p["nsmc_test"]
+    korquad_dev = cfg.korquad_dev or p["korquad_dev"]
+    for path in [*corpus, nsmc_train, nsmc_test, korquad_dev, *([cfg.korquad_train] if cfg.korquad_train else [])]:
+        if not any(ch in path for ch in "*?[") and not Path(path).exists():
+            raise InputError(f"{path}: no such file (preset {cfg.preset!r}; pass your own paths with --corpus/--nsmc-train/...)")
+    classes = {"vocab": VocabConfig, "shards": ShardsConfig, "pretrain": PretrainConfig, "nsmc": NsmcConfig, "korquad": KorquadConfig, "baseline": BaselineConfig}
+    final = str(out / "pretrain" / "final")
+    base = {
+        "vocab": dict(inputs=corpus, out=str(out / "vocab"), show=0),
+        "shards": dict(tokenizer=str(out / "vocab"), inputs=corpus, out=str(out / "shards"), show=0),
+        "pretrain": dict(shards=str(out / "shards"), out=str(out / "pretrain")),
+        "nsmc": dict(model=final, train=nsmc_train, test=nsmc_test, out=str(out / "nsmc" / "model")),
+        "korquad": dict(model=final, dev_file=korquad_dev, train_file=cfg.korquad_train, out=str(out / "korquad" / "model")),
+        "baseline": dict(train=nsmc_train, test=nsmc_test, out=str(out / "nsmc" / "baseline")),
+    }
+    overrides: dict[str, dict] = {s: {} for s in STAGES}
+    for item in cfg.set:
+        key, _, value = item.partition("=")
+        stage, _, name = key.partition(".")
+        if stage not in classes or not name or not _:
+            raise InputError(f"--set {item!r}: expected stage.field=value with stage one of {', '.join(STAGES)}")
+        overrides[stage][name] = _coerce(classes[stage], name, value)
+    cfgs = {}
+    for s in STAGES:
+        known = {f.name for f in fields(classes[s])}
+        values = {k: v for k, v in {**base[s], **p[s], **overrides[s]}.items() if k in known}
+        cfgs[s] = classes[s](**values)
+    cfgs["nsmc_control"] = replace(cfgs["nsmc"], control=True, out=str(out / "nsmc" / "control"))
+    cfgs["korquad_control"] = replace(cfgs["korquad"], control=True, out=str(out / "korquad" / "control"))
+    return {"out": out, "cfgs": cfgs}
+
+
+def _key(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _cached(folder: Path, key: str, fn, force: bool) -> tuple[dict, bool]:
+    """Run fn() unless folder/recipe-stage.json says it already ran with this key."""
+    marker = folder / "recipe-stage.json"
+    if not force and marker.is_file():
+        done = json.loads(marker.read_text(encoding="utf-8"))
+        if done.get("key") == key:
+            return done["result"], True
+    result = fn()
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(marker, {"key": key, "result": result})
+    return result, False
+
+
+def main(cfg: RecipeConfig) -> dict:
+    from corpus_tools import shards as shards_stage
+    from corpus_tools import vocab as vocab_stage
+    from evals import baseline as baseline_stage
+    from evals import korquad as korquad_stage
+    from evals import nsmc as nsmc_stage
+    from korbert import pretrain as pretrain_stage
+
+    t_start = time.time()
+    plan = _stage_configs(cfg)
+    out, cfgs = plan["out"], plan["cfgs"]
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    if cfg.force:
+        for s in ("vocab", "shards", "pretrain"):
+            cfgs[s] = replace(cfgs[s], force=True)
+    out.mkdir(parents=True, exist_ok=True)
+    if rank0:
+        atomic_write_json(out / "recipe-config.json", {"recipe": C.to_dict(cfg), **{k: C.to_dict(v) for k, v in cfgs.items()}})
+    times: dict[str, float] = {}
+    skipped: list[str] = []
+
+    def stage(name: str, fn):
+        if rank0:
+            print(f"\n== {name} ==", flush=True)
+        t = time.time()
+        r = fn()
+        times[name] = round(time.time() - t, 1)
+        return r
+
+    # -- corpus -> tokenizer -> shards -> model (pretraining runs on every rank; the rest on rank 0)
+    if rank0:
+        vm = stage("vocab", lambda: vocab_stage.main(cfgs["vocab"]))
+        sm = stage("shards", lambda: shards_stage.main(cfgs["shards"]))
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: the other ranks wait for rank 0's shards
+        ready = out / f".shards-ready-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}"
+        if rank0:
+            ready.touch()
+        _wait_for(ready)
+        vm, sm = read_manifest(out / "vocab", "vocab"), read_manifest(out / "shards", "shards")
+    pm = stage("pretrain", lambda: pretrain_stage.main(cfgs["pretrain"]))
+    if not rank0:
+        return {}
+    model_key = pm["run_key"]
+
+    # -- evaluations: skipped when they already ran on this model with these settings
+    def ev(name: str, module, c, upstream: str) -> dict:
+        def fn():
+            return stage(name, lambda: module.main(c))
+
+        r, was_skipped = _cached(Path(c.out), _key(C.to_dict(c), upstream), fn, cfg.force)
+        if was_skipped:
+            print(f"\n== {name} == up to date ({c.out})")
+            skipped.append(name)
+        return r
+
+    results = {
+        "nsmc": ev("nsmc", nsmc_stage, cfgs["nsmc"], model_key),
+        "nsmc_control": ev("nsmc (control)", nsmc_stage, cfgs["nsmc_control"], model_key),
+        "korquad": ev("korquad", korquad_stage, cfgs["korquad"], model_key),
+        "korquad_control": ev("korquad (control)", korquad_stage, cfgs["korquad_control"], model_key),
+        "baseline": ev("baseline", baseline_stage, cfgs["baseline"], ""),
+    }
+    from korbert.report import write_report
+
+    report = write_report(out, cfg, PRESETS[cfg.preset], cfgs, vm, sm, pm, results, times, time.time() - t_start)
+    print(f"\n{(out / 'report.md').read_text(encoding='utf-8')}")
+    return report
+
+
+def _wait_for(path: Path, timeout: float = 24 * 3600) -> None:
+    t = time.time()
+    while not path.exists():
+        if time.time() - t > timeout:
+            raise InputError(f"waited too long for {path}")
+        time.sleep(5)
+
+
+def cli(argv: list[str] | None = None) -> dict:
+    return main(C.parse(RecipeConfig, argv, prog="korbert run"))
+
+
+if __name__ == "__main__":  # torchrun -m korbert.recipe --preset gpu-base
+    from korbert.cli import main as _main
+
+    sys.exit(_main(["run", *sys.argv[1:]]))

@@ -1,0 +1,154 @@
+"""The recipe's report: report.json (every number) and report.md (the same, for people) + plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from corpus_tools import config as C
+from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, machine
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.2f}"
+
+
+def _read_log(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def plot_curves(log: list[dict], folder: Path) -> list[str]:
+    """plots/pretrain_loss.png and plots/pretrain_mlm_acc.png against tokens seen."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not log:
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = [r["tokens"] / 1e6 for r in log]
+    ev = [r for r in log if "eval_mlm_acc" in r]
+    names = []
+    for name, series in (
+        ("pretrain_loss.png", [("training loss (MLM + NSP)", tok, [r["loss"] for r in log]),
+                               ("held-out MLM loss", [r["tokens"] / 1e6 for r in ev], [r["eval_mlm_loss"] for r in ev])]),
+        ("pretrain_mlm_acc.png", [("training MLM accuracy", tok, [r["mlm_acc"] for r in log]),
+                                  ("held-out MLM accuracy", [r["tokens"] / 1e6 for r in ev], [r["eval_mlm_acc"] for r in ev])]),
+    ):
+        fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
+        for label, x, y in series:
+            if x:
+                ax.plot(x, y, marker="o" if len(x) < 30 else None, ms=3, label=label)
+        ax.set_xlabel("training tokens seen (millions)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        tmp = folder / f".{name}.tmp.png"
+        fig.savefig(tmp)
+        plt.close(fig)
+        atomic_write_bytes(folder / name, tmp.read_bytes())
+        tmp.unlink()
+        names.append(f"plots/{name}")
+    return names
+
+
+def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict, sm: dict, pm: dict, results: dict, times: dict, seconds: float) -> dict:
+    pre = cfgs["pretrain"]
+    log = _read_log(Path(pre.out) / "log.jsonl")
+    plots = plot_curves(log, out / "plots")
+    pr = results
+    nsmc_m, nsmc_c = pr["nsmc"]["metrics"], pr["nsmc_control"]["metrics"]
+    kq_m, kq_c = pr["korquad"]["metrics"], pr["korquad_control"]["metrics"]
+    base = pr["baseline"]
+    rows = [
+        {"system": f"korbert BERT-{pre.model_size} (pretrained here)", "nsmc_accuracy": nsmc_m["accuracy"], "korquad_em": kq_m["exact_match"] / 100, "korquad_f1": kq_m["f1"] / 100},
+        {"system": f"control: BERT-{pre.model_size}, random init", "nsmc_accuracy": nsmc_c["accuracy"], "korquad_em": kq_c["exact_match"] / 100, "korquad_f1": kq_c["f1"] / 100},
+    ]
+    for kind, r in base["baselines"].items():
+        rows.append({"system": f"TF-IDF + LR: {r['features']}", "nsmc_accuracy": r["accuracy"], "korquad_em": None, "korquad_f1": None})
+    tr = sm["counts"]["train"]
+    pre_eval = pm.get("eval") or {}
+    dev = pr["nsmc"].get("device", {})
+    report = {
+        "preset": cfg.preset, "about": preset["about"], "machine": {**machine(), "device": dev},
+        "seconds": round(seconds, 1), "stage_seconds": times,
+        "corpus": {
+            "documents": vm["counts"]["documents_used"], "sentences": vm["counts"].get("sentences"), "characters": vm["counts"].get("characters"),
+            "vocab_size": vm["counts"].get("vocab_size", vm["config"].get("vocab_size")), "tokenizer_hash": vm["tokenizer_hash"],
+            "train_instances": tr["instances"], "train_tokens": tr["tokens"], "valid_instances": sm["counts"]["valid"]["instances"],
+            "isnext_share": tr.get("isnext_share"), "masking": tr.get("masking"),
+        },
+        "pretraining": {
+            "model_size": pre.model_size, "parameters": pm["parameters"], "steps": pm["step"], "tokens": pm["tokens"],
+            "seconds": pm["seconds"], "tokens_per_s": round(pm["tokens"] / max(pm["seconds"], 1e-9), 1),
+            "budget": {k: getattr(pre, k) for k in ("max_steps", "max_tokens", "max_minutes") if getattr(pre, k)},
+            "global_batch": pm["config"]["global_batch"], "lr": pre.lr,
+            "held_out_mlm_accuracy": pre_eval.get("mlm_acc"), "held_out_mlm_loss": pre_eval.get("mlm_loss"), "held_out_nsp_accuracy": pre_eval.get("nsp_acc"),
+        },
+        "finetuning": {
+            "nsmc": {"n": pr["nsmc"]["n"], "epochs": cfgs["nsmc"].epochs, "lr": cfgs["nsmc"].lr, "examples_per_s": pr["nsmc"]["examples_per_s"], "full_test": pr["nsmc"]["full_test"]},
+            "korquad": {"n": pr["korquad"]["n"], "epochs": cfgs["korquad"].epochs, "lr": cfgs["korquad"].lr, "examples_per_s": pr["korquad"]["examples_per_s"], "protocol": pr["korquad"].get("protocol")},
+        },
+        "table": rows, "plots": plots, "config": {"recipe": C.to_dict(cfg)},
+    }
+    atomic_write_json(out / "report.json", report)
+    atomic_write_bytes(out / "report.md", render(report).encode("utf-8"))
+    return report
+
+
+def render(r: dict) -> str:
+    c, p, f = r["corpus"], r["pretraining"], r["finetuning"]
+    dev = r["machine"].get("device") or {}
+    budget = ", ".join(f"{k.replace('max_', '')} {v}" for k, v in p["budget"].items())
+    lines = [
+        f"# korbert report: preset `{r['preset']}`",
+        "",
+        f"{r['about']}.",
+        f"Machine: {r['machine']['cpu']} ({r['machine']['cores']} cores){'; ' + dev.get('name', '') if dev.get('name') else ''}. "
+        f"Whole recipe: {r['seconds'] / 60:.1f} min.",
+        "",
+        "## Results",
+        "",
+        "| system | NSMC-R accuracy | KorQuAD EM | KorQuAD F1 |",
+        "|---|---:|---:|---:|",
+    ]
+    for row in r["table"]:
+        lines.append(f"| {row['system']} | {_pct(row['nsmc_accuracy'])} | {_pct(row['korquad_em'])} | {_pct(row['korquad_f1'])} |")
+    kq = f["korquad"]
+    lines += [
+        "",
+        f"NSMC-R: {f['nsmc']['n']['train']:,} training reviews ({f['nsmc']['n']['valid']:,} held out of train for model selection), "
+        f"{f['nsmc']['n']['test']:,} test reviews{'' if f['nsmc']['full_test'] else ' (a prefix of the test file)'}; "
+        f"{f['nsmc']['epochs']} epoch(s), lr {f['nsmc']['lr']}, {f['nsmc']['examples_per_s']} examples/s.",
+        f"KorQuAD 1.0 ({kq.get('protocol') or ''}): {kq['n']['train_questions']:,} training questions ({kq['n']['train_windows']:,} windows), "
+        f"{kq['n']['scored_questions']:,} scored; {kq['epochs']} epoch(s), lr {kq['lr']}, {kq['examples_per_s']} windows/s. "
+        "EM/F1 by the official KorQuAD 1.0 scorer (character-level F1).",
+        "The control is the same architecture from a random initialization with the same fine-tuning.",
+        "",
+        "## Pretraining",
+        "",
+        f"BERT-{p['model_size']} ({p['parameters'] / 1e6:.1f}M parameters), budget: {budget}; global batch {p['global_batch']}, peak lr {p['lr']}.",
+        f"{p['steps']:,} steps, {p['tokens']:,} tokens in {p['seconds'] / 60:.1f} min ({p['tokens_per_s']:,.0f} tokens/s).",
+        f"Held-out MLM accuracy {_pct(p['held_out_mlm_accuracy'])}%, MLM loss {p['held_out_mlm_loss'] or float('nan'):.3f}, "
+        f"NSP accuracy {_pct(p['held_out_nsp_accuracy'])}%.",
+        "",
+    ]
+    lines += [f"![{Path(x).stem}]({x})" for x in r["plots"]]
+    lines += [
+        "",
+        "## Corpus and vocabulary",
+        "",
+        f"{c['documents']:,} documents, {c['sentences']:,} sentences, {c['characters']:,} characters; vocabulary {c['vocab_size']:,} "
+        f"(tokenizer {c['tokenizer_hash'][:12]}).",
+        f"{c['train_instances']:,} training instances ({c['train_tokens']:,} tokens), {c['valid_instances']:,} held out; "
+        f"IsNext share {c['isnext_share']}.",
+        "",
+        "## Time per stage (seconds; absent = already up to date)",
+        "",
+        " | ".join(f"{k} {v}" for k, v in r["stage_seconds"].items()),
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,57 @@
+"""`korbert run` end to end on a tiny budget: every stage, the report, skipping, partial redo."""
+
+from __future__ import annotations
+
+import json
+
+from korbert.recipe import RecipeConfig, main
+
+TINY = [
+    "vocab.vocab_size=3000", "vocab.num_unused=5",
+    "pretrain.model_size=tiny", "pretrain.override=hidden_size=64,num_hidden_layers=2,num_attention_heads=2,intermediate_size=128",
+    "pretrain.max_steps=8", "pretrain.batch_size=16", "pretrain.eval_instances=64", "pretrain.log_every=2", "pretrain.num_workers=0",
+    "nsmc.max_train_examples=200", "nsmc.valid_size=100", "nsmc.max_eval_examples=200", "nsmc.batch_size=32",
+    "korquad.max_train_examples=24", "korquad.max_eval_examples=20", "korquad.max_len=192", "korquad.stride=64", "korquad.epochs=1",
+    "baseline.max_train_examples=2000", "baseline.max_eval_examples=500",
+]
+
+
+def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_path, corpus_file, capsys):
+    out = tmp_path / "run"
+    cfg = RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=TINY)
+    r = main(cfg)
+    rows = {row["system"].split(":")[0].split(",")[0]: row for row in r["table"]}
+    assert len(r["table"]) == 4 and all(0 <= row["nsmc_accuracy"] <= 1 for row in r["table"])
+    assert r["table"][0]["korquad_f1"] is not None and r["table"][1]["korquad_f1"] is not None
+    assert any(k.startswith("TF-IDF") for k in rows)
+    report = json.loads((out / "report.json").read_text())
+    assert report["pretraining"]["steps"] == 8 and report["corpus"]["vocab_size"] == 3000
+    md = (out / "report.md").read_text()
+    assert "| system | NSMC-R accuracy | KorQuAD EM | KorQuAD F1 |" in md and "control" in md
+    for plot in report["plots"]:
+        assert (out / plot).stat().st_size > 1000
+    assert (out / "pretrain" / "final" / "model.safetensors").is_file()
+    assert json.loads((out / "nsmc" / "control" / "results.json").read_text())["control"] is True
+
+    capsys.readouterr()
+    again = main(cfg)  # nothing changed: every stage is up to date
+    text = capsys.readouterr().out
+    assert text.count("up to date") >= 8 and again["table"] == r["table"]
+
+    changed = main(RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, "nsmc.lr=3e-4"]))
+    assert {"nsmc", "nsmc (control)"} <= set(changed["stage_seconds"])
+    assert not {"korquad", "korquad (control)", "baseline"} & set(changed["stage_seconds"])
+    assert changed["table"][2:] == r["table"][2:]  # the baselines were not redone
+
+
+def test_recipe_errors_name_the_problem(tmp_path):
+    import pytest
+
+    from corpus_tools.text import InputError
+
+    with pytest.raises(InputError, match="no such file"):
+        main(RecipeConfig(preset="demo", out=str(tmp_path), nsmc_train=str(tmp_path / "missing.txt")))
+    with pytest.raises(InputError, match="stage.field=value"):
+        main(RecipeConfig(preset="demo", out=str(tmp_path), set=["lr=1"]))
+    with pytest.raises(InputError, match="no field"):
+        main(RecipeConfig(preset="demo", out=str(tmp_path), set=["pretrain.learning_rate=1"]))
