@@ -312,6 +312,8 @@ def main(cfg: PretrainConfig) -> dict:
             _truncate_log(log_path, step)
             print(f"resuming {ckpt_path} at step {step} ({tokens} tokens)")
     else:
+        if dist.main:  # a fresh start: lines a killed run wrote before its first checkpoint are not ours
+            log_path.unlink(missing_ok=True)
         torch.manual_seed(cfg.seed + 1 + dist.rank)  # dropout stream (per rank)
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True

@@ -97,6 +97,11 @@ def test_kill_and_resume_gives_the_same_losses(shards_dir, tmp_path):
     a = torch.load(tmp_path / "whole" / "ckpt.pt", weights_only=False)["model"]
     b = torch.load(tmp_path / "broken" / "ckpt.pt", weights_only=False)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+    # killed before its first checkpoint: the rerun starts fresh and its log holds only its own lines
+    early = cfg(shards_dir, tmp_path / "early", num_workers=1)
+    assert _run_cli(_args(early), env={"KORBERT_TEST_KILL_AT_STEP": "2"}).returncode == -9
+    main(early)
+    assert losses(tmp_path / "early") == losses(tmp_path / "whole")
 
 
 def test_export_loads_in_plain_transformers(shards_dir, tmp_path):
