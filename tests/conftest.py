@@ -44,3 +44,23 @@ def tok(vocab_dir):
     from korbert.tokenizer import KorBertTokenizer
 
     return KorBertTokenizer.from_pretrained(vocab_dir)
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory, vocab_dir) -> Path:
+    """A tiny exported korbert model (random BertForPreTraining, hidden 32, 2 layers) + the tokenizer."""
+    import torch
+    from transformers import BertConfig, BertForPreTraining
+
+    from korbert.tokenizer import KorBertTokenizer
+
+    out = tmp_path_factory.mktemp("model")
+    torch.manual_seed(0)
+    tok = KorBertTokenizer.from_pretrained(vocab_dir)
+    tok.save_pretrained(out)
+    config = BertConfig(
+        vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=512,
+    )
+    BertForPreTraining(config).save_pretrained(out)
+    return out

@@ -1,0 +1,48 @@
+"""`korbert eval`: fine-tune and score models on the Korean benchmarks, and the baselines.
+
+    korbert eval nsmc      --model DIR [--control] ...   NSMC sentiment: fine-tune, test accuracy
+    korbert eval korquad   --model DIR [--control] ...   KorQuAD 1.0: fine-tune, EM / F1 (official scorer)
+    korbert eval baseline  [--analyzer char|morph|both]  NSMC: TF-IDF + logistic regression (char / Kiwi morpheme n-grams)
+
+Each writes results.json (metrics, resolved config, data sha256s, device, seconds, examples/s),
+its predictions and manifest.json to --out. `korbert eval TASK --help` lists the options; the
+defaults read the embedded sample data, pass the full files by path (../shared/data/...).
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def _nsmc(argv: list[str]) -> dict:
+    from evals.nsmc import cli
+
+    return cli(argv)
+
+
+def _korquad(argv: list[str]) -> dict:
+    from evals.korquad import cli
+
+    return cli(argv)
+
+
+def _baseline(argv: list[str]) -> dict:
+    from evals.baseline import cli
+
+    return cli(argv)
+
+
+TASKS = {"nsmc": _nsmc, "korquad": _korquad, "baseline": _baseline}
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    """Dispatch `korbert eval TASK ...`; user errors raise corpus_tools.text.InputError."""
+    from corpus_tools.text import InputError
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return None
+    if argv[0] not in TASKS:
+        raise InputError(f"unknown eval task {argv[0]!r}: choose one of {', '.join(TASKS)} (korbert eval --help)")
+    return TASKS[argv[0]](argv[1:])
