@@ -208,7 +208,9 @@ def full(a) -> dict:
         f"  documents {c['documents_in']} in = {c['documents_used']} used + {sum(c['documents_skipped'].values())} skipped {c['documents_skipped']}\n"
         f"  instances: train {tr['instances']:,} ({tr['tokens']:,} tokens, mean {result['mean_train_instance_tokens']}), "
         f"valid {c['valid']['instances']:,}\n"
-        f"  IsNext {tr['isnext_share']} (free chunks: {tr['isnext_share_when_free']}); masked {mk['masked_share']}; "
+        f"  IsNext {tr['isnext_share']} (free chunks: {tr['isnext_share_when_free']}; {tr['forced_random_next']:,} forced NotNext, "
+        f"{tr.get('single_sentence_split', 0):,} one-sentence chunks split, {m['config'].get('single_sentence', 'random')} mode); "
+        f"masked {mk['masked_share']}; "
         f"[MASK]/random/kept {mk['mask_share']}/{mk['random_share']}/{mk['keep_share']}"
     )
     return result

@@ -5,16 +5,25 @@
 Pipeline, streamed in batches of `batch_docs` documents (memory stays flat, however large the
 corpus): read (`iter_documents`) -> `clean` -> filters (every skip counted by reason) ->
 `KorBertTokenizer.encode_documents` (ONE Kiwi pass per batch: token ids, sentences, morpheme and
-eojeol units) -> BERT's recipe -> columns appended to the shard being written.
+eojeol units) -> BERT's recipe -> columns appended to the shard being written. Pipelined: Kiwi's
+threads analyse batch k+1 while Python turns batch k into instances (the output is the same).
 
 The recipe (google-research/bert create_pretraining_data.py, on token slices):
   * a document is a list of Kiwi sentences; sentences are gathered into a chunk until it holds
     `max_seq_len - 3` tokens (with probability `short_seq_prob` a shorter random target is drawn,
     once per document, as BERT does); the chunk is cut at a random sentence boundary into A and B;
   * B is the actual continuation (IsNext, label 0) with probability 0.5, else a random span of
-    another document (NotNext, label 1) and the unused sentences go back for the next chunk. A
-    chunk of a single sentence can only be NotNext: corpora of one-sentence documents (reviews)
-    therefore have fewer than 50% IsNext pairs; the manifest counts these `forced_random_next`;
+    another document (NotNext, label 1) and the unused sentences go back for the next chunk;
+  * a chunk of a single sentence has no sentence boundary to cut at. BERT makes it NotNext, so a
+    corpus of one-sentence documents (reviews) gets far fewer than 50% IsNext pairs (21% on the
+    shared corpus). `single_sentence` "split" (default) cuts such a sentence at a random eojeol
+    (word) boundary instead, or at a random morpheme boundary when it is one eojeol (reviews often
+    go without spaces: one eojeol of a whole clause is common): A = the prefix; B = the true rest
+    of the sentence (IsNext) with probability 0.5, else a random B as above (NotNext; A is the same
+    prefix either way, so its shape does not give the label away, and the unused suffix is dropped:
+    counted as `single_sentence_suffix_dropped_tokens`). Only a chunk of one single-morpheme
+    sentence ("강추", "ㅋㅋㅋ") is still forced to NotNext (`forced_random_next`). "random" keeps
+    BERT's behaviour exactly (byte-identical to the shards of earlier versions);
   * the longer of A/B loses tokens, front or back at random, until the pair fits (a sentence longer
     than the budget is simply truncated with the rest); `[CLS] A [SEP] B [SEP]`;
   * MLM (`mask_tokens`, one function for both modes): round(15%) of the non-special tokens (>= 1),
@@ -104,6 +113,10 @@ class ShardsConfig:
     dupe_factor: int = C.field(5, "static masking: copies of every document, each with other pairs and masks")
     mask_prob: float = C.field(0.15, "share of non-special tokens to predict")
     mask_unit: str = C.field("morpheme", "mask whole units: token, morpheme or eojeol", choices=["token", "morpheme", "eojeol"])
+    single_sentence: str = C.field(
+        "split", "a chunk of one sentence: split: cut it at a random eojeol (else morpheme) boundary into A + B, "
+        "50%% IsNext; random: always NotNext with a random B (BERT)", choices=["split", "random"],
+    )
     valid_fraction: float = C.field(0.01, "share of documents held out for validation (by a hash of position and seed)")
     docs_per_shard: int = C.field(50_000, "input documents per shard (the unit of resume)")
     pool_tokens: int = C.field(1_000_000, "tokens of recent documents kept to draw random B segments from")
@@ -220,9 +233,10 @@ def mask_stats(inputs: np.ndarray, labels: np.ndarray, special: np.ndarray, mask
 
 class _Doc:
     """One encoded document: ids int32 [n]; starts: list of sentences + 1 ints, sentence s =
-    ids[starts[s]:starts[s+1]]; units int32 [n] (morpheme/eojeol index) or None."""
+    ids[starts[s]:starts[s+1]]; units int32 [n] (morpheme/eojeol index) or None; eojeol and
+    morpheme int32 [n] (unit indices, non-decreasing: where a one-sentence chunk may be split)."""
 
-    __slots__ = ("ids", "starts", "sentences", "units", "replaced")
+    __slots__ = ("ids", "starts", "sentences", "units", "eojeol", "morpheme", "replaced")
 
     def __init__(self, enc: dict, mask_unit: str):
         ids = enc["ids"]
@@ -237,6 +251,7 @@ class _Doc:
         self.starts = [0, *cut, len(ids)]  # a Python list: the recipe below does scalar work on it
         self.sentences = len(self.starts) - 1
         self.units = None if mask_unit == "token" else enc[mask_unit]
+        self.eojeol, self.morpheme = enc["eojeol"], enc["morpheme"]
 
 
 def _truncate(la: int, lb: int, max_tokens: int, rng) -> tuple[int, int, int, int]:
@@ -255,9 +270,27 @@ def _truncate(la: int, lb: int, max_tokens: int, rng) -> tuple[int, int, int, in
     return fa, da - fa, fb, db - fb
 
 
-def document_pairs(doc: _Doc, pool: deque, rng, max_tokens: int, short_seq_prob: float, counts: Counter) -> list[tuple]:
+def _word_cut(doc: _Doc, a0: int, a1: int, rng) -> tuple[int, bool] | None:
+    """Where to split the one-sentence chunk doc.ids[a0:a1]: (cut, by_morpheme) with cut a random
+    eojeol boundary strictly inside it (the first token of an eojeol other than the first) or, when
+    it is a single eojeol (reviews often go without spaces: "볼만했지만중간중간엉킴과..."), a random
+    morpheme boundary; None when it is a single morpheme ("강추", "ㅋㅋㅋ")."""
+    if a1 - a0 < 2:
+        return None
+    for units in (doc.eojeol, doc.morpheme):
+        if units[a0] != units[a1 - 1]:  # unit ids never decrease along a document
+            cuts = np.flatnonzero(units[a0 + 1 : a1] != units[a0 : a1 - 1])
+            return a0 + 1 + int(cuts[int(rng.integers(cuts.size))]), units is doc.morpheme
+    return None
+
+
+def document_pairs(
+    doc: _Doc, pool: deque, rng, max_tokens: int, short_seq_prob: float, counts: Counter, split_single: bool = True
+) -> list[tuple]:
     """create_instances_from_document on slices: [(a0, a1, b_doc, b0, b1, nsp)] with A = doc.ids[a0:a1],
-    B = b_doc.ids[b0:b1], both truncated to max_tokens together; pool: earlier documents."""
+    B = b_doc.ids[b0:b1], both truncated to max_tokens together; pool: earlier documents.
+    split_single: a chunk of one sentence is cut at a random eojeol boundary (A = the prefix, the
+    rest is the true B) instead of always taking a random B (BERT)."""
     target = max_tokens
     if rng.random() < short_seq_prob:
         target = int(rng.integers(2, max_tokens + 1))
@@ -269,8 +302,15 @@ def document_pairs(doc: _Doc, pool: deque, rng, max_tokens: int, short_seq_prob:
         if i == s - 1 or starts[i + 1] - starts[first] >= target:
             n_seg = i + 1 - first
             a_end = first + (int(rng.integers(1, n_seg)) if n_seg >= 2 else 1)  # sentences [first, a_end) are A
-            a0, a1 = starts[first], starts[a_end]
-            if n_seg == 1 or rng.random() < 0.5:
+            a0, a1, c1 = starts[first], starts[a_end], starts[i + 1]  # the true B: [a1, c1)
+            free = n_seg >= 2
+            if not free and split_single:
+                cut = _word_cut(doc, a0, a1, rng)
+                if cut is not None:  # A = a prefix of the sentence, the true B = the rest of it
+                    a1, free = cut[0], True
+                    counts["single_sentence_split"] += 1
+                    counts["single_sentence_split_by_morpheme"] += cut[1]
+            if not free or rng.random() < 0.5:
                 if pool:
                     other: _Doc = pool[int(rng.integers(len(pool)))]
                     r = int(rng.integers(other.sentences))
@@ -278,16 +318,18 @@ def document_pairs(doc: _Doc, pool: deque, rng, max_tokens: int, short_seq_prob:
                     k = bisect_left(other.starts, b0 + target - (a1 - a0))  # B: sentences r.. until target
                     b1 = other.starts[min(max(k, r + 1), other.sentences)]
                     pair = [a0, a1, other, b0, b1, 1]
-                    counts["forced_random_next"] += n_seg == 1
+                    counts["forced_random_next"] += not free
+                    if n_seg == 1 and free:
+                        counts["single_sentence_suffix_dropped_tokens"] += c1 - a1
                     i = a_end - 1  # the unused sentences of the chunk go back
-                elif n_seg >= 2:  # no other document yet (start of a shard): keep the true next
-                    pair = [a0, a1, doc, a1, starts[i + 1], 0]
+                elif free:  # no other document yet (start of a shard): keep the true next
+                    pair = [a0, a1, doc, a1, c1, 0]
                     counts["isnext_fallback"] += 1
                 else:
                     counts["unpaired_chunks"] += 1
                     pair = None
             else:
-                pair = [a0, a1, doc, a1, starts[i + 1], 0]
+                pair = [a0, a1, doc, a1, c1, 0]
             if pair is not None:
                 fa, ba, fb, bb = _truncate(pair[1] - pair[0], pair[4] - pair[3], max_tokens, rng)
                 pair[0] += fa; pair[1] -= ba; pair[3] += fb; pair[4] -= bb  # noqa: E702
@@ -438,6 +480,7 @@ class _Chunk:
         cfg, mcfg = self.cfg, self.mcfg
         static = cfg.masking == "static"
         copies = cfg.dupe_factor if static else 1
+        max_tokens, split_single = cfg.max_seq_len - 3, cfg.single_sentence == "split"
         out = {s: {"tokens": [], "units": [], "labels": [], "b_start": [], "nsp": []} for s in SPLITS}
         seen = {s: ([], [], []) for s in SPLITS}  # masked inputs, labels, special masks: for the statistics
         for (g, where, split, _), enc in zip(batch, encs):
@@ -454,7 +497,7 @@ class _Chunk:
             rng = self.rng(g)
             measure = static or g % DYNAMIC_STATS_EVERY == 0
             for _ in range(copies):
-                for a0, a1, other, b0, b1, nsp in document_pairs(doc, pool, rng, cfg.max_seq_len - 3, cfg.short_seq_prob, counts):
+                for a0, a1, other, b0, b1, nsp in document_pairs(doc, pool, rng, max_tokens, cfg.short_seq_prob, counts, split_single):
                     ids, units = build_instance(doc, a0, a1, other, b0, b1)
                     if measure:  # static: the masks written; dynamic: one draw, for the statistics only
                         special = np.zeros(len(ids), dtype=bool)
@@ -627,8 +670,11 @@ def _shard_files(folder: Path) -> list[Path]:
     return [p for p in folder.glob("*-*.*.npy") if p.name.split("-")[0] in SPLITS]
 
 
-_SPLIT_INTS = ("documents", "instances", "tokens", "random_next", "forced_random_next", "isnext_fallback",
-               "unpaired_chunks", "truncated", "special_ids_in_text")
+_SPLIT_INTS = (
+    "documents", "instances", "tokens", "random_next", "forced_random_next", "single_sentence_split",
+    "single_sentence_split_by_morpheme", "single_sentence_suffix_dropped_tokens", "isnext_fallback", "unpaired_chunks",
+    "truncated", "special_ids_in_text",
+)
 _MASK_INTS = ("candidate_tokens", "masked", "as_mask", "as_random", "as_keep")
 
 
@@ -640,7 +686,8 @@ def _split_summary(c: Counter) -> dict:
         **{k: c[k] for k in _SPLIT_INTS},
         "isnext": n - c["random_next"],
         "isnext_share": share(n - c["random_next"], n),
-        "isnext_share_when_free": share(n - c["random_next"], free),  # leaving out one-sentence chunks
+        "isnext_share_when_free": share(n - c["random_next"], free),  # leaving out the chunks forced to NotNext
+        "forced_random_next_share": share(c["forced_random_next"], n),
         "masking": {
             **{k: c[k] for k in _MASK_INTS},
             "masked_share": share(m, c["candidate_tokens"]),  # of non-special tokens
@@ -738,17 +785,24 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
     batch: list[tuple[int, str, str, str]] = []
     bar = tqdm(desc=f"shards{f' part {cfg.part}' if cfg.num_parts > 1 else ''}", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
 
-    def flush() -> None:
+    # Pipelined: a full batch goes to Kiwi's threads at once (the one Kiwi pass), and the batch
+    # before it is finished and turned into instances while Kiwi analyses this one.
+    pending: list = []  # [(batch, finish)]: at most one batch whose analysis is under way
+
+    def flush(drain: bool = False) -> None:
         if batch:
-            chunk.add(batch, tok.encode_documents([t for *_, t in batch]))  # the one Kiwi pass
-            bar.update(len(batch))
-            bar.set_postfix_str(f"{stats.bytes / 1e6 / max(time.time() - t0, 1e-9):.2f} MB/s")
+            pending.append((batch.copy(), tok.encode_documents_async([t for *_, t in batch])))
             batch.clear()
+        while len(pending) > (0 if drain else 1):
+            done, finish_encoding = pending.pop(0)
+            chunk.add(done, finish_encoding())
+            bar.update(len(done))
+            bar.set_postfix_str(f"{stats.bytes / 1e6 / max(time.time() - t0, 1e-9):.2f} MB/s")
 
     def finish() -> None:
         nonlocal chunk, built
         if chunk is not None:
-            flush()
+            flush(drain=True)
             progress["chunks"][str(chunk.index)] = chunk.close()
             atomic_write_json(folder / PROGRESS, progress)
             built += 1
@@ -818,13 +872,17 @@ def report(folder: Path, m: dict, seconds: float) -> None:
     c, tr = m["counts"], m["counts"]["train"]
     skipped = sum(c["documents_skipped"].values())
     mk = tr["masking"]
+    if m["config"].get("single_sentence", "random") == "split":
+        nsp = f"{tr['forced_random_next']} one-morpheme chunks forced to NotNext, {tr['single_sentence_split']} one-sentence chunks split in two"
+    else:
+        nsp = f"{tr['forced_random_next']} one-sentence chunks forced to NotNext"
     print(
         f"shards: {tr['instances']} training / {c['valid']['instances']} validation instances "
         f"({tr['tokens']} / {c['valid']['tokens']} tokens) in {len(m['shards']['train'])} + {len(m['shards']['valid'])} shards\n"
         f"  documents: {c['documents_in']} in = {c['documents_used']} used + {skipped} skipped"
         f"{': ' + str(c['documents_skipped']) if skipped else ''}"
         f"{' (first at ' + str(c['first_skip_at']) + ')' if skipped else ''}\n"
-        f"  IsNext {tr['isnext_share']} (among pairs free to be either: {tr['isnext_share_when_free']}); "
+        f"  IsNext {tr['isnext_share']} of all pairs ({tr['isnext_share_when_free']} of those free to be either; {nsp}); "
         f"masked {mk['masked_share']} of non-special tokens, as [MASK]/random/kept {mk['mask_share']}/{mk['random_share']}/{mk['keep_share']}"
         f" ({m['config']['masking']} masking, by {m['config']['mask_unit']})\n"
         f"  {seconds:.1f}s -> {folder} (tokenizer {m['tokenizer_hash'][:12]})"
@@ -916,7 +974,7 @@ def _merge_counts(all_counts: list[dict]) -> dict:
     for s in SPLITS:
         total = Counter()
         for c in all_counts:
-            total.update({k: c[s][k] for k in _SPLIT_INTS})
+            total.update({k: c[s].get(k, 0) for k in _SPLIT_INTS})
             total.update({k: c[s]["masking"][k] for k in _MASK_INTS})
         out[s] = _split_summary(total)
     return out

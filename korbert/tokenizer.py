@@ -349,33 +349,134 @@ class KorBertTokenizer(TokenizersBackend):
         tokens (no [CLS]/[SEP]): `ids`; `sentence` (index of the Kiwi sentence a token belongs
         to); `morpheme` and `eojeol` (unit indices, for whole-morpheme / whole-eojeol masking;
         a lone "▁" belongs to the unit after it); `offsets` (n, 2) into the text.
+        The same ids as `tok(text, add_special_tokens=False)`. `encode_documents_async` is the
+        same in two steps, for callers that pipeline batches.
         """
-        import numpy as np
+        return self.encode_documents_async(texts)()
+
+    def encode_documents_async(self, texts: list[str]):
+        """`encode_documents` in two steps: this call hands every text to Kiwi's worker threads
+        and returns at once; calling the returned function collects the analyses, finishes the
+        encoding and returns what `encode_documents(texts)` returns.
+
+        A caller that starts batch k+1 before finishing batch k keeps Kiwi analysing while
+        Python works on batch k (the shards stage does). Kiwi's iterable API by itself keeps
+        only `num_workers * 16` texts in flight, so the texts go in as that many calls of at
+        most that size: each call queues all of its texts at once.
+        """
+        from itertools import chain
 
         texts = [nfc(t) for t in texts]
-        segs = self._segmenter.words(texts, self.added_tokens_encoder, split_sents=True)
+        pattern = self._segmenter.special_pattern(self.added_tokens_encoder)
+        plans, plain = [], []  # as in Segmenter.words: special tokens written in the text stay whole
+        for text in texts:
+            parts, pos = [], 0
+            for m in pattern.finditer(text) if pattern else ():
+                if m.start() > pos:
+                    parts.append((pos, text[pos : m.start()], False))
+                parts.append((m.start(), m.group(), True))
+                pos = m.end()
+            if pos < len(text) or not parts:
+                parts.append((pos, text[pos:], False))
+            plans.append(parts)
+            plain += [chunk for _, chunk, special in parts if not special]
+        kiwi = get_kiwi(0, **self.kiwi_options)
+        step = max(1, kiwi.num_workers * 16)
+        queued = [kiwi.tokenize(plain[i : i + step]) for i in range(0, len(plain), step)]  # sentences: sent_position
+        analyses = chain.from_iterable(queued)
+        return lambda: self._finish_documents(texts, plans, analyses)
+
+    def _finish_documents(self, texts: list[str], plans: list[list], analyses) -> list[dict]:
+        """The rest of `encode_documents`: Kiwi's analyses -> words (exactly as `Segmenter.words`
+        with split_sents) -> backend -> per-token arrays, computed for the whole batch at once.
+
+        Each word comes from one surface segment, so a token's morpheme (segment) and eojeol are
+        those of its word; its sentence is found from where it starts (a token starting on the
+        whitespace of a "▁", i.e. at the start of a "▁" word, looks one character right)."""
+        import numpy as np
+
+        known, pieces = self._segmenter.known, self._segmenter.pieces
+        batch_words: list[list[str]] = []
+        w_start: list[int] = []  # per word of the batch: where it starts in its text,
+        w_spaced: list[bool] = []  # whether it starts with the "▁" of a whitespace char,
+        w_seg: list[int] = []  # its segment (morpheme unit) and eojeol in its document
+        w_eoj: list[int] = []
+        sent_keys: list[int] = []  # (document << 32) + start of each Kiwi sentence
+        first_sent: list[int] = []  # per document: its first entry in sent_keys
+        for d, (text, parts) in enumerate(zip(texts, plans)):
+            words: list[str] = []
+            first_sent.append(len(sent_keys))
+            seg = eoj = -1
+            for off, chunk, special in parts:
+                if special:
+                    seg += 1
+                    eoj += off == 0 or text[off - 1].isspace()
+                    words.append(chunk)
+                    w_start.append(off)
+                    w_spaced.append(False)
+                    w_seg.append(seg)
+                    w_eoj.append(eoj)
+                    continue
+                morphs = next(analyses)
+                sent = -1
+                for m in morphs:  # a Kiwi sentence starts where its first morpheme does
+                    if m.sent_position != sent:
+                        sent = m.sent_position
+                        sent_keys.append((d << 32) + off + m.start)
+                spans = segment_spans(chunk, ((m.start, m.end) for m in morphs))
+                plain_chars = known.issuperset(chunk)  # common path: no unknown character
+                for a, b in spans:
+                    seg += 1
+                    if a:  # the segment starts an eojeol when whitespace (or the text's start) precedes it
+                        spaced = chunk[a - 1].isspace()
+                        eoj += spaced
+                    else:
+                        spaced = False
+                        eoj += off == 0 or text[off - 1].isspace()
+                    if plain_chars:
+                        words.append(SPACE + chunk[a:b] if spaced else chunk[a:b])
+                        w_start.append(off + a - spaced)
+                        w_spaced.append(spaced)
+                        w_seg.append(seg)
+                        w_eoj.append(eoj)
+                        continue
+                    for pa, pb in pieces(chunk, [(a, b)]):
+                        w = chunk[pa:pb]
+                        spaced = w[0].isspace()
+                        words.append(SPACE + w[1:] if spaced else w)
+                        w_start.append(off + pa)
+                        w_spaced.append(spaced)
+                        w_seg.append(seg)
+                        w_eoj.append(eoj)
+            batch_words.append(words)
         with self._words_mode():
-            encodings = self._tokenizer.encode_batch([s["words"] for s in segs], is_pretokenized=True, add_special_tokens=False)
+            encodings = self._tokenizer.encode_batch(batch_words, is_pretokenized=True, add_special_tokens=False)
+        ids: list[int] = []
+        word_ids: list[int] = []
+        rel: list[tuple[int, int]] = []
+        for enc in encodings:
+            ids += enc.ids
+            word_ids += enc.word_ids
+            rel += enc.offsets
+        n_tok = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
+        doc = np.repeat(np.arange(len(texts), dtype=np.int64), n_tok)
+        word_base = np.cumsum([0] + [len(w) for w in batch_words[:-1]], dtype=np.int64)
+        word = np.asarray(word_ids, dtype=np.int64) + word_base[doc]
+        rel_offsets = np.asarray(rel, dtype=np.int64).reshape(-1, 2)
+        offsets = rel_offsets + np.asarray(w_start, dtype=np.int64)[word][:, None]
+        start_on_space = np.asarray(w_spaced, dtype=bool)[word] & (rel_offsets[:, 0] == 0)
+        key = (doc << 32) + offsets[:, 0] + start_on_space
+        sentence = np.searchsorted(np.asarray(sent_keys, dtype=np.int64), key, side="right") - 1 - np.asarray(first_sent, dtype=np.int64)[doc]
+        cols = np.empty((4, len(ids)), dtype=np.int32)  # one block per batch; documents get row slices
+        cols[0] = ids
+        cols[1] = np.maximum(sentence, 0)
+        cols[2] = np.asarray(w_seg, dtype=np.int32)[word]
+        cols[3] = np.asarray(w_eoj, dtype=np.int32)[word]
+        offsets = offsets.astype(np.int32)
+        ends = np.cumsum(n_tok).tolist()
         out = []
-        for text, seg, enc in zip(texts, segs, encodings):
-            n = len(enc.ids)
-            word = np.asarray(enc.word_ids, dtype=np.int64)
-            starts = np.asarray(seg["starts"], dtype=np.int64)
-            rel = np.asarray(enc.offsets, dtype=np.int64).reshape(n, 2)
-            offsets = rel + (starts[word][:, None] if n else 0)
-            seg_starts = np.asarray([a for a, _ in seg["segments"]], dtype=np.int64)
-            eojeol_of_seg = np.cumsum([a == 0 or text[a - 1].isspace() for a, _ in seg["segments"]], dtype=np.int64) - 1
-            # a lone "▁" spans the whitespace before its unit: look one character right
-            pos = offsets[:, 0] + np.fromiter((text[a].isspace() for a in offsets[:, 0]), bool, n)
-            morpheme = np.searchsorted(seg_starts, pos, side="right") - 1
-            sentence = np.searchsorted(np.asarray(seg["sentences"], dtype=np.int64), pos, side="right") - 1
-            out.append({
-                "ids": np.asarray(enc.ids, dtype=np.int32),
-                "sentence": np.maximum(sentence, 0).astype(np.int32),
-                "morpheme": morpheme.astype(np.int32),
-                "eojeol": eojeol_of_seg[morpheme].astype(np.int32) if n else morpheme.astype(np.int32),
-                "offsets": offsets.astype(np.int32),
-            })
+        for a, b in zip([0] + ends[:-1], ends):
+            out.append({"ids": cols[0, a:b], "sentence": cols[1, a:b], "morpheme": cols[2, a:b], "eojeol": cols[3, a:b], "offsets": offsets[a:b]})
         return out
 
 
