@@ -449,6 +449,9 @@ class KorBertTokenizer(TokenizersBackend):
                         w_seg.append(seg)
                         w_eoj.append(eoj)
             batch_words.append(words)
+        # HF leaves the last call's truncation/padding set on the backend; whole documents need neither
+        self._tokenizer.no_truncation()
+        self._tokenizer.no_padding()
         with self._words_mode():
             encodings = self._tokenizer.encode_batch(batch_words, is_pretokenized=True, add_special_tokens=False)
         ids: list[int] = []

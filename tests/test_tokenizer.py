@@ -218,3 +218,11 @@ def test_missing_folder_is_clear_error(tmp_path):
 
     with pytest.raises(FileNotFoundError, match="not a korbert tokenizer folder"):
         KorBertTokenizer.from_pretrained(tmp_path / "nope")
+
+
+def test_encode_documents_ignores_an_earlier_calls_truncation(tok):
+    """Regression: HF leaves truncation/padding on the backend after tok(..., max_length=N)."""
+    text = "이 문장은 충분히 길어서 다섯 토큰보다 훨씬 많은 토큰으로 나뉩니다. 두 번째 문장도 있습니다."
+    full = tok.encode_documents([text])[0]["ids"]
+    tok(["질문", "또 질문"], ["문맥", "또 문맥"], truncation="only_second", max_length=10, padding="max_length")
+    assert tok.encode_documents([text])[0]["ids"].tolist() == full.tolist() and len(full) > 10
