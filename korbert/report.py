@@ -99,6 +99,12 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict, sm: dict, p
     return report
 
 
+def _protocol(p) -> str:
+    if isinstance(p, dict) and p.get("name") == "dev-split":
+        return f"dev split by article: every {p['holdout_every']}th of the dev articles scored, {p['train_articles']} trained on"
+    return p.get("name", "") if isinstance(p, dict) else str(p or "")
+
+
 def render(r: dict) -> str:
     c, p, f = r["corpus"], r["pretraining"], r["finetuning"]
     dev = r["machine"].get("device") or {}
@@ -106,9 +112,9 @@ def render(r: dict) -> str:
     lines = [
         f"# korbert report: preset `{r['preset']}`",
         "",
-        f"{r['about']}.",
+        f"{r['about']}." + (f" Changed with --set: `{' '.join(r['config']['recipe']['set'])}`." if r["config"]["recipe"]["set"] else ""),
         f"Machine: {r['machine']['cpu']} ({r['machine']['cores']} cores){'; ' + dev.get('name', '') if dev.get('name') else ''}. "
-        f"Whole recipe: {r['seconds'] / 60:.1f} min.",
+        f"This invocation of the recipe: {r['seconds'] / 60:.1f} min (stages already up to date are not redone).",
         "",
         "## Results",
         "",
@@ -123,7 +129,7 @@ def render(r: dict) -> str:
         f"NSMC-R: {f['nsmc']['n']['train']:,} training reviews ({f['nsmc']['n']['valid']:,} held out of train for model selection), "
         f"{f['nsmc']['n']['test']:,} test reviews{'' if f['nsmc']['full_test'] else ' (a prefix of the test file)'}; "
         f"{f['nsmc']['epochs']} epoch(s), lr {f['nsmc']['lr']}, {f['nsmc']['examples_per_s']} examples/s.",
-        f"KorQuAD 1.0 ({kq.get('protocol') or ''}): {kq['n']['train_questions']:,} training questions ({kq['n']['train_windows']:,} windows), "
+        f"KorQuAD 1.0 ({_protocol(kq.get('protocol'))}): {kq['n']['train_questions']:,} training questions ({kq['n']['train_windows']:,} windows), "
         f"{kq['n']['scored_questions']:,} scored; {kq['epochs']} epoch(s), lr {kq['lr']}, {kq['examples_per_s']} windows/s. "
         "EM/F1 by the official KorQuAD 1.0 scorer (character-level F1).",
         "The control is the same architecture from a random initialization with the same fine-tuning.",
