@@ -18,7 +18,6 @@ shared machine hits them alike.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time

@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from corpus_tools import config as C
-from corpus_tools.artifacts import atomic_write_json, machine, read_manifest
+from corpus_tools.artifacts import atomic_write_json, read_manifest
 from corpus_tools.text import InputError
 
 SAMPLE = Path(__file__).resolve().parent / "sample_data"

@@ -75,8 +75,9 @@ class Segmenter:
             self._special = (tokens, re.compile(alts) if alts else None)
         return self._special[1]
 
-    def words(self, texts: list[str], specials=(), split_sents: bool = False) -> list[dict]:
-        """Per text: {"words", "starts"} (+ "sentences", "segments" with split_sents)."""
+    def plan(self, texts: list[str], specials=()) -> tuple[list[list[tuple[int, str, bool]]], list[str]]:
+        """Cut special tokens written in the texts out whole. Returns per text its parts
+        [(start, chunk, is_special)] and, for Kiwi, every non-special chunk of all texts in order."""
         pattern = self.special_pattern(specials)
         plans, plain = [], []
         for text in texts:
@@ -90,6 +91,11 @@ class Segmenter:
                 parts.append((pos, text[pos:], False))
             plans.append(parts)
             plain += [chunk for _, chunk, special in parts if not special]
+        return plans, plain
+
+    def words(self, texts: list[str], specials=(), split_sents: bool = False) -> list[dict]:
+        """Per text: {"words", "starts"} (+ "sentences", "segments" with split_sents)."""
+        plans, plain = self.plan(texts, specials)
         analyses = iter(get_kiwi(0, **self.kiwi_options).tokenize(plain, split_sents=split_sents))
         out = []
         for parts in plans:
@@ -367,19 +373,7 @@ class KorBertTokenizer(TokenizersBackend):
         from itertools import chain
 
         texts = [nfc(t) for t in texts]
-        pattern = self._segmenter.special_pattern(self.added_tokens_encoder)
-        plans, plain = [], []  # as in Segmenter.words: special tokens written in the text stay whole
-        for text in texts:
-            parts, pos = [], 0
-            for m in pattern.finditer(text) if pattern else ():
-                if m.start() > pos:
-                    parts.append((pos, text[pos : m.start()], False))
-                parts.append((m.start(), m.group(), True))
-                pos = m.end()
-            if pos < len(text) or not parts:
-                parts.append((pos, text[pos:], False))
-            plans.append(parts)
-            plain += [chunk for _, chunk, special in parts if not special]
+        plans, plain = self._segmenter.plan(texts, self.added_tokens_encoder)  # special tokens stay whole
         kiwi = get_kiwi(0, **self.kiwi_options)
         step = max(1, kiwi.num_workers * 16)
         queued = [kiwi.tokenize(plain[i : i + step]) for i in range(0, len(plain), step)]  # sentences: sent_position
