@@ -24,6 +24,12 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def file_record(path: str | os.PathLike) -> dict:
+    """How a manifest names an input file: path, size and sha256 (the content is what counts)."""
+    p = Path(path)
+    return {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write to a temp file in the same folder, fsync, rename: readers never see a partial file."""
     path = Path(path)

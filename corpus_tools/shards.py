@@ -84,7 +84,7 @@ from typing import Callable
 import numpy as np
 
 from corpus_tools import config as C
-from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, read_manifest, sha256_file, write_manifest
+from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, file_record, read_manifest, sha256_file, write_manifest
 from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_documents
 
 SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
@@ -757,7 +757,7 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
     tok, tm = _load_tokenizer(cfg.tokenizer)
     mcfg = MaskConfig.from_tokenizer(tok, cfg.mask_prob)
     files = expand_inputs(cfg.inputs)
-    inputs = [{"path": str(f), "bytes": f.stat().st_size, "sha256": sha256_file(f)} for f in files]
+    inputs = [file_record(f) for f in files]
     root = Path(cfg.out)
     folder = root / f"part-{cfg.part:05d}" if cfg.num_parts > 1 else root
     config = C.to_dict(cfg)

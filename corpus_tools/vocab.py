@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corpus_tools import config as C
-from corpus_tools.artifacts import read_manifest, sha256_file, write_manifest
+from corpus_tools.artifacts import file_record, read_manifest, write_manifest
 from corpus_tools.morph import DEFAULT_KIWI, analyze, default_threads
 from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_documents
 
@@ -97,7 +97,7 @@ def main(cfg: VocabConfig) -> dict:
     out = Path(cfg.out)
     threads = cfg.threads or default_threads()
     files = expand_inputs(cfg.inputs)
-    inputs = [{"path": str(f), "bytes": f.stat().st_size, "sha256": sha256_file(f)} for f in files]
+    inputs = [file_record(f) for f in files]
     config = {**C.to_dict(cfg), "threads": threads, "kiwi": DEFAULT_KIWI}
     config.pop("force"), config.pop("show"), config.pop("out")
     if not cfg.force and (out / "manifest.json").is_file():

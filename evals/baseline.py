@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corpus_tools import config as C
-from corpus_tools.artifacts import atomic_write_bytes
+from corpus_tools.artifacts import atomic_write_bytes, file_record
 from corpus_tools.text import InputError
 from evals.data import read_nsmc
-from evals.finetune import data_file, write_results
+from evals.finetune import write_results
 
 SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
 
@@ -145,7 +145,7 @@ def main(cfg: BaselineConfig) -> dict:
     results = write_results(out, "nsmc-baseline", {
         "metrics": metrics,
         "baselines": details,
-        "data": {"train": data_file(cfg.train), "test": data_file(cfg.test)},
+        "data": {"train": file_record(cfg.train), "test": file_record(cfg.test)},
         "n": {"train": len(train), "test": len(test)},
         "full_test": cfg.max_eval_examples <= 0,
         "seconds": round(time.time() - t_start, 2),

@@ -334,32 +334,12 @@ def predict(model, feats: list[dict], batch_size: int, device: Device, outputs: 
     return out
 
 
-def data_file(path: str | Path) -> dict:
-    from corpus_tools.artifacts import sha256_file
-
-    p = Path(path)
-    return {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
-
-
-@contextlib.contextmanager
-def untouched_backend(tok):
-    """Hugging Face leaves the truncation/padding of a tokenizer call set on the backend, and
-    `KorBertTokenizer.encode_documents` calls the backend directly: without this reset, a later
-    `encode_documents` in the same process would silently truncate (or fail after only_second)."""
-    try:
-        yield
-    finally:
-        tok.backend_tokenizer.no_truncation()
-        tok.backend_tokenizer.no_padding()
-
-
 def tokenize_texts(tok, texts: list[str], max_len: int, desc: str, chunk: int = 2000) -> list[dict]:
     """Single texts -> features ([CLS] text [SEP], truncated), with a progress bar."""
     from tqdm import tqdm
 
     feats = []
-    with untouched_backend(tok), tqdm(total=len(texts), desc=desc, unit="text", unit_scale=True, disable=None,
-                                      file=sys.stderr, leave=False) as bar:
+    with tqdm(total=len(texts), desc=desc, unit="text", unit_scale=True, disable=None, file=sys.stderr, leave=False) as bar:
         for i in range(0, len(texts), chunk):
             enc = tok(texts[i : i + chunk], truncation=True, max_length=max_len)
             feats += [

@@ -35,12 +35,12 @@ from pathlib import Path
 import numpy as np
 
 from corpus_tools import config as C
-from corpus_tools.artifacts import atomic_write_json
+from corpus_tools.artifacts import atomic_write_json, file_record
 from corpus_tools.text import InputError
 from evals import korquad_metric
 from evals.data import QAExample, read_squad, split_articles, squad_examples
 from evals.finetune import (
-    MODEL_HELP, Device, TrainSettings, data_file, fine_tune, load_model, predict, seed_everything, untouched_backend,
+    MODEL_HELP, Device, TrainSettings, fine_tune, load_model, predict, seed_everything,
     write_results,
 )
 
@@ -119,7 +119,7 @@ def prepare_features(tok, examples: list[QAExample], max_len: int, stride: int, 
     if max_len - max_query_len - 3 <= stride:
         raise InputError(f"--max-len {max_len} leaves no room: it must exceed --max-query-len + 3 + --stride ({max_query_len + 3 + stride})")
     feats: list[dict] = []
-    with untouched_backend(tok), tqdm(total=len(examples), desc=desc, unit="q", disable=None, file=sys.stderr, leave=False) as bar:
+    with tqdm(total=len(examples), desc=desc, unit="q", disable=None, file=sys.stderr, leave=False) as bar:
         for c in range(0, len(examples), chunk):
             part = examples[c : c + chunk]
             questions = cut_questions(tok, [e.question for e in part], max_query_len)
@@ -257,9 +257,9 @@ def main(cfg: KorquadConfig) -> dict:
     out = Path(cfg.out)
     atomic_write_json(out / "predictions.json", preds)
     atomic_write_json(out / "nbest_predictions.json", nbest)
-    data = {"dev": data_file(cfg.dev_file)}
+    data = {"dev": file_record(cfg.dev_file)}
     if cfg.train_file:
-        data["train"] = data_file(cfg.train_file)
+        data["train"] = file_record(cfg.train_file)
     results = write_results(out, "korquad", {
         "metrics": {"exact_match": round(scores["exact_match"], 4), "f1": round(scores["f1"], 4)},
         "metric": "official KorQuAD 1.0 scorer (character-level F1), evals/korquad_metric.py",

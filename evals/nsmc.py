@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corpus_tools import config as C
-from corpus_tools.artifacts import atomic_write_bytes
+from corpus_tools.artifacts import atomic_write_bytes, file_record
 from corpus_tools.text import InputError
 from evals.data import read_nsmc
 from evals.finetune import (
-    MODEL_HELP, Device, TrainSettings, data_file, fine_tune, load_model, predict, seed_everything, tokenize_texts,
+    MODEL_HELP, Device, TrainSettings, fine_tune, load_model, predict, seed_everything, tokenize_texts,
     write_results,
 )
 
@@ -127,7 +127,7 @@ def main(cfg: NsmcConfig) -> dict:
         "model": loaded.info,
         "tokenizer_hash": loaded.info["tokenizer_hash"],
         "control": cfg.control,
-        "data": {"train": data_file(cfg.train), "test": data_file(cfg.test)},
+        "data": {"train": file_record(cfg.train), "test": file_record(cfg.test)},
         "n": {"train": len(train), "valid": len(valid), "test": len(test_rows)},
         "full_test": cfg.max_eval_examples <= 0,
         "training": training,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from corpus_tools.shards import IGNORE, ShardReader, mask_tokens, special_mask_of
+from corpus_tools.shards import IGNORE, ShardReader
 
 
 def instance_lengths(reader: ShardReader) -> np.ndarray:
@@ -29,12 +29,12 @@ def instance_lengths(reader: ShardReader) -> np.ndarray:
 class BatchPlan:
     """Which instances form global batch `step` (counted over epochs from 0)."""
 
-    def __init__(self, lengths: np.ndarray, global_batch: int, seed: int, group: int = 64, drop_last: bool = True):
+    def __init__(self, lengths: np.ndarray, global_batch: int, seed: int, group: int = 64):
         if global_batch < 1:
             raise ValueError("global batch must be >= 1")
         self.lengths, self.global_batch, self.seed, self.group = lengths, global_batch, seed, group
         n = len(lengths)
-        self.per_epoch = n // global_batch if drop_last else -(-n // global_batch)
+        self.per_epoch = n // global_batch  # the last partial batch of an epoch is dropped
         if self.per_epoch == 0:
             raise ValueError(f"{n} instances are fewer than one global batch of {global_batch}")
         self._epoch, self._batches = -1, None
@@ -51,8 +51,7 @@ class BatchPlan:
             chunk = order[i : i + mega]
             chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]  # similar lengths side by side
             batches += [chunk[j : j + self.global_batch] for j in range(0, len(chunk), self.global_batch)]
-        batches = [b for b in batches if len(b) == self.global_batch] + [b for b in batches if len(b) < self.global_batch]
-        batches = batches[: self.per_epoch]
+        batches = [b for b in batches if len(b) == self.global_batch][: self.per_epoch]
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def __call__(self, step: int) -> tuple[int, np.ndarray]:
@@ -82,10 +81,8 @@ class PretrainingDataset(torch.utils.data.Dataset):
         return len(self.reader)
 
     def instance(self, epoch: int, i: int) -> dict:
-        if self.reader.masking == "static":
-            return self.reader[i]
-        rng = np.random.default_rng([self.seed, epoch, int(i)])  # the mask of instance i in this epoch
-        return self.reader.masked(int(i), rng)
+        # static shards: the stored mask; dynamic: the mask of instance i in this epoch
+        return self.reader.masked(int(i), np.random.default_rng([self.seed, epoch, int(i)]))
 
     def __getitem__(self, request: tuple[int, np.ndarray]) -> dict:
         epoch, indices = request
@@ -135,12 +132,6 @@ def eval_batches(reader: ShardReader, n: int, batch_size: int, seed: int) -> lis
     """A fixed held-out set: the first n instances of the split with one fixed mask draw, in
     length-sorted batches (so the held-out numbers are comparable across steps and runs)."""
     n = min(n, len(reader))
-    items = []
-    for i in range(n):
-        it = reader[i]
-        if "labels" not in it:
-            rng = np.random.default_rng([seed, 0x7661, i])
-            it["input_ids"], it["labels"] = mask_tokens(it["input_ids"], special_mask_of(it["input_ids"]), it.get("unit_ids"), rng, reader.mask_config)
-        items.append(it)
+    items = [reader.masked(i, np.random.default_rng([seed, 0x7661, i])) for i in range(n)]
     items.sort(key=lambda it: len(it["input_ids"]))
     return [collate(items[i : i + batch_size]) for i in range(0, len(items), batch_size)]

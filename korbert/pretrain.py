@@ -280,8 +280,9 @@ def main(cfg: PretrainConfig) -> dict:
         if state["state"]["run_key"] != key:
             raise InputError(f"{ckpt_path} belongs to another run (other shards or settings); pass --force to start over")
 
-    mcfg = bert_config(cfg.model_size, len(tok), sm["config"]["max_seq_len"], _overrides(cfg.override)) if state is None else None
-    if state is not None:
+    if state is None:
+        mcfg = bert_config(cfg.model_size, len(tok), sm["config"]["max_seq_len"], _overrides(cfg.override))
+    else:
         from transformers import BertConfig
 
         mcfg = BertConfig.from_dict(state["state"]["model_config"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -46,11 +47,10 @@ def plot_curves(log: list[dict], folder: Path) -> list[str]:
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        tmp = folder / f".{name}.tmp.png"
-        fig.savefig(tmp)
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
         plt.close(fig)
-        atomic_write_bytes(folder / name, tmp.read_bytes())
-        tmp.unlink()
+        atomic_write_bytes(folder / name, png.getvalue())
         names.append(f"plots/{name}")
     return names
 

@@ -93,29 +93,21 @@ class Segmenter:
             plain += [chunk for _, chunk, special in parts if not special]
         return plans, plain
 
-    def words(self, texts: list[str], specials=(), split_sents: bool = False) -> list[dict]:
-        """Per text: {"words", "starts"} (+ "sentences", "segments" with split_sents)."""
+    def words(self, texts: list[str], specials=()) -> list[dict]:
+        """Per text: {"words", "starts"} (where each word starts in the text)."""
         plans, plain = self.plan(texts, specials)
-        analyses = iter(get_kiwi(0, **self.kiwi_options).tokenize(plain, split_sents=split_sents))
+        analyses = iter(get_kiwi(0, **self.kiwi_options).tokenize(plain))
         out = []
         for parts in plans:
             words: list[str] = []
             starts: list[int] = []
-            sentences: list[int] = []
-            segments: list[tuple[int, int]] = []
             for off, chunk, special in parts:
                 if special:
                     words.append(chunk)
                     starts.append(off)
-                    segments.append((off, off + len(chunk)))
                     continue
                 morphs = next(analyses)
-                if split_sents:
-                    sentences += [off + sent[0].start for sent in morphs if sent]
-                    morphs = [m for sent in morphs for m in sent]
                 spans = segment_spans(chunk, ((m.start, m.end) for m in morphs))
-                if split_sents:
-                    segments += [(off + a, off + b) for a, b in spans]
                 if self.known.issuperset(chunk):  # common path: no unknown character
                     for a, b in spans:
                         if a and chunk[a - 1].isspace():
@@ -129,7 +121,7 @@ class Segmenter:
                     w = chunk[a:b]
                     words.append(SPACE + w[1:] if w[0].isspace() else w)
                     starts.append(off + a)
-            out.append({"words": words, "starts": starts, "sentences": sentences, "segments": segments})
+            out.append({"words": words, "starts": starts})
         return out
 
     def pieces(self, text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -381,8 +373,8 @@ class KorBertTokenizer(TokenizersBackend):
         return lambda: self._finish_documents(texts, plans, analyses)
 
     def _finish_documents(self, texts: list[str], plans: list[list], analyses) -> list[dict]:
-        """The rest of `encode_documents`: Kiwi's analyses -> words (exactly as `Segmenter.words`
-        with split_sents) -> backend -> per-token arrays, computed for the whole batch at once.
+        """The rest of `encode_documents`: Kiwi's analyses -> words (as `Segmenter.words` does,
+        plus sentences) -> backend -> per-token arrays, computed for the whole batch at once.
 
         Each word comes from one surface segment, so a token's morpheme (segment) and eojeol are
         those of its word; its sentence is found from where it starts (a token starting on the
