@@ -132,6 +132,7 @@ class ShardsConfig:
     part: int = C.field(0, "which part this run builds (0 .. num_parts-1)")
     batch_docs: int = C.field(256, "documents per Kiwi batch (speed only: the output does not depend on it)")
     force: bool = C.field(False, "rebuild from scratch, discarding what `out` holds")
+    replace: bool = C.field(False, "when `out` holds shards made with other options or inputs, rebuild instead of refusing (same options: kept or resumed)")
     show: int = C.field(2, "print this many decoded training instances at the end")
 
 
@@ -722,9 +723,21 @@ def _summarize(chunks: list[dict], skipped: Counter, first: dict) -> dict:
     }
 
 
-def _existing(folder: Path, key: str, force: bool) -> tuple[dict | None, dict]:
+def _existing(folder: Path, key: str, force: bool, replace: bool = False) -> tuple[dict | None, dict]:
     """What `folder` already holds: (its manifest if it is finished with this key, None) and the
-    progress to resume (finished shards whose files are intact). Anything else is refused."""
+    progress to resume (finished shards whose files are intact). Anything else is refused, or
+    with `replace` discarded."""
+    if replace and not force:
+        old_key = None
+        if (folder / "manifest.json").is_file():
+            old_key = json.loads((folder / "manifest.json").read_text(encoding="utf-8")).get("key")
+        elif (folder / PROGRESS).is_file():
+            old_key = json.loads((folder / PROGRESS).read_text(encoding="utf-8")).get("key")
+        elif folder.is_dir() and _shard_files(folder):
+            old_key = ""
+        if old_key is not None and old_key != key:
+            print(f"{folder}: holds shards made with other options or inputs; rebuilding", file=sys.stderr)
+            force = True
     if force and folder.is_dir():
         for p in _shard_files(folder) + [folder / PROGRESS, folder / "manifest.json"]:
             p.unlink(missing_ok=True)
@@ -761,14 +774,14 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
     root = Path(cfg.out)
     folder = root / f"part-{cfg.part:05d}" if cfg.num_parts > 1 else root
     config = C.to_dict(cfg)
-    for k in ("out", "show", "force"):
+    for k in ("out", "show", "force", "replace"):
         config.pop(k)
     if cfg.masking == "dynamic":
         config["dupe_factor"] = 1
     ident = {k: v for k, v in config.items() if k != "batch_docs"}
     key = hashlib.sha256(json.dumps([ident, tm["tokenizer_hash"], inputs], sort_keys=True).encode()).hexdigest()
 
-    finished, progress = _existing(folder, key, cfg.force)
+    finished, progress = _existing(folder, key, cfg.force, cfg.replace)
     if finished is not None:
         print(f"{folder}: shards up to date ({finished['counts']['train']['instances']} training instances); --force rebuilds them")
         show(folder, cfg.show)

@@ -68,6 +68,7 @@ class PretrainConfig:
     num_workers: int = C.field(-1, "DataLoader worker processes (-1: 4 per GPU, 1 on CPU)")
     resume: bool = C.field(True, "continue from out/ckpt.pt when it holds this same run")
     force: bool = C.field(False, "discard what `out` holds and start over")
+    replace: bool = C.field(False, "when `out` holds a run with other settings, start over instead of refusing (same settings: resumed)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,7 +142,7 @@ class _Dist:
 
 
 def _run_key(cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int) -> str:
-    ident = {k: v for k, v in C.to_dict(cfg).items() if k not in ("out", "device", "compile", "num_workers", "resume", "force", "log_every", "save_every")}
+    ident = {k: v for k, v in C.to_dict(cfg).items() if k not in ("out", "device", "compile", "num_workers", "resume", "force", "replace", "log_every", "save_every")}
     return hashlib.sha256(json.dumps([ident, shards_key, tokenizer_hash, world], sort_keys=True).encode()).hexdigest()
 
 
@@ -268,7 +269,14 @@ def main(cfg: PretrainConfig) -> dict:
 
     # -- resume or start
     state = None
-    if cfg.force and dist.main:
+    force = cfg.force
+    if cfg.replace and not force and ckpt_path.exists():
+        old = torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True)["state"]["run_key"]
+        if old != key:
+            if dist.main:
+                print(f"{ckpt_path}: a run with other settings; starting over")
+            force = True
+    if force and dist.main:
         for p in (ckpt_path, log_path, out / "config.json"):
             p.unlink(missing_ok=True)
         shutil.rmtree(final, ignore_errors=True)

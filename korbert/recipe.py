@@ -140,8 +140,8 @@ def _stage_configs(cfg: RecipeConfig) -> dict:
     final = str(out / "pretrain" / "final")
     base = {
         "vocab": dict(inputs=corpus, out=str(out / "vocab"), show=0),
-        "shards": dict(tokenizer=str(out / "vocab"), inputs=corpus, out=str(out / "shards"), show=0),
-        "pretrain": dict(shards=str(out / "shards"), out=str(out / "pretrain")),
+        "shards": dict(tokenizer=str(out / "vocab"), inputs=corpus, out=str(out / "shards"), show=0, replace=True),
+        "pretrain": dict(shards=str(out / "shards"), out=str(out / "pretrain"), replace=True),
         "nsmc": dict(model=final, train=nsmc_train, test=nsmc_test, out=str(out / "nsmc" / "model")),
         "korquad": dict(model=final, dev_file=korquad_dev, train_file=cfg.korquad_train, out=str(out / "korquad" / "model")),
         "baseline": dict(train=nsmc_train, test=nsmc_test, out=str(out / "nsmc" / "baseline")),
