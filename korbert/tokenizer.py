@@ -38,8 +38,10 @@ import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 from tokenizers.pre_tokenizers import PreTokenizer
 from transformers import TokenizersBackend
@@ -52,6 +54,41 @@ SPACE = "▁"  # U+2581, SentencePiece's whitespace marker
 SPM_FILE = "spm.model"
 _SPACES = frozenset(c for c in map(chr, range(0x3001)) if c.isspace())  # every str.isspace() char
 FORMAT_VERSION = 1
+_TO_SPACE = {ord(c): SPACE for c in _SPACES}
+_WS_TABLE: np.ndarray | None = None
+
+
+def _char_tables(segmenter: "Segmenter") -> tuple[np.ndarray, np.ndarray]:
+    """Boolean tables over all code points: whitespace (str.isspace), and the segmenter's known chars."""
+    global _WS_TABLE
+    if _WS_TABLE is None:
+        table = np.zeros(0x110000, dtype=bool)
+        table[[ord(c) for c in _SPACES]] = True
+        _WS_TABLE = table
+    if segmenter._known_table is None:
+        table = np.zeros(0x110000, dtype=bool)
+        table[[ord(c) for c in segmenter.known if len(c) == 1]] = True
+        segmenter._known_table = table
+    return _WS_TABLE, segmenter._known_table
+
+
+@dataclass
+class WordBatch:
+    """The words of a batch of texts, in order (`Segmenter.batch`). Per word: its document, where
+    it starts in that text, whether it starts with the "▁" of a whitespace char, its unit
+    (surface segment; a special token is one) and eojeol, both counted from 0 in its document.
+    Per document: how many words; and the Kiwi sentences as (document << 32) + start, with each
+    document's first entry."""
+
+    words: list[str]
+    doc: np.ndarray
+    start: np.ndarray
+    spaced: np.ndarray
+    seg: np.ndarray
+    eoj: np.ndarray
+    n_words: np.ndarray
+    sent_keys: np.ndarray
+    first_sent: np.ndarray
 
 
 class Segmenter:
@@ -66,6 +103,7 @@ class Segmenter:
     def __init__(self, kiwi_options: dict, known_chars: frozenset[str]):
         self.kiwi_options = kiwi_options
         self.known = known_chars
+        self._known_table: np.ndarray | None = None
         self._special: tuple[tuple[str, ...], re.Pattern | None] = ((), None)
 
     def special_pattern(self, tokens) -> re.Pattern | None:
@@ -96,33 +134,159 @@ class Segmenter:
     def words(self, texts: list[str], specials=()) -> list[dict]:
         """Per text: {"words", "starts"} (where each word starts in the text)."""
         plans, plain = self.plan(texts, specials)
-        analyses = iter(get_kiwi(0, **self.kiwi_options).tokenize(plain))
-        out = []
-        for parts in plans:
-            words: list[str] = []
-            starts: list[int] = []
+        b = self.batch(texts, plans, iter(get_kiwi(0, **self.kiwi_options).tokenize(plain)))
+        ends = np.cumsum(b.n_words).tolist()
+        starts = b.start.tolist()
+        return [{"words": b.words[a:e], "starts": starts[a:e]} for a, e in zip([0] + ends[:-1], ends)]
+
+    def batch(self, texts: list[str], plans: list[list], analyses, vectorized: bool = True) -> "WordBatch":
+        """Kiwi's analyses of a batch (one per non-special part of `plans`, in order) -> its words.
+
+        The common part (every character known, Kiwi's spans covering every non-space character
+        and none spanning whitespace) is computed with numpy over the whole batch at once; the
+        rest (unknown characters, uncovered characters, special tokens) word by word in Python.
+        Both follow the same rules (see `segment_spans` and `pieces`); words are ordered by where
+        they start, which is increasing through the batch. `vectorized=False` sends every text
+        the per-word way (the reference the tests compare the numpy path with)."""
+        ws_table, known_table = _char_tables(self)
+        tbase_l = [0]
+        for t in texts:
+            tbase_l.append(tbase_l[-1] + len(t))
+        tbase = np.asarray(tbase_l, dtype=np.int64)
+        big = "".join(texts)
+        cp = np.frombuffer(big.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        is_ws = ws_table[cp]
+        wsc = np.zeros(len(cp) + 1, dtype=np.int64)
+        np.cumsum(is_ws, out=wsc[1:])
+        ukc = np.zeros(len(cp) + 1, dtype=np.int64)
+        np.cumsum(~known_table[cp], out=ukc[1:])
+
+        # the parts: specials go to the slow list; chunks collect their Kiwi tokens
+        slow_g: list[int] = []  # per slow word: where it starts (batch coordinates), the word,
+        slow_w: list[str] = []
+        slow_sp: list[bool] = []  # whether it starts with the "▁" of a whitespace char,
+        slow_first: list[bool] = []  # whether it is the first word of its unit (segment),
+        slow_eoj: list[bool] = []  # whether that unit starts an eojeol, its document
+        slow_doc: list[int] = []
+        c_gs: list[int] = []
+        c_len: list[int] = []
+        c_doc: list[int] = []
+        c_morphs: list = []
+        for d, parts in enumerate(plans):
+            tb = tbase_l[d]
             for off, chunk, special in parts:
                 if special:
-                    words.append(chunk)
-                    starts.append(off)
+                    slow_g.append(tb + off)
+                    slow_w.append(chunk)
+                    slow_sp.append(False)
+                    slow_first.append(True)
+                    slow_eoj.append(off == 0 or texts[d][off - 1].isspace())
+                    slow_doc.append(d)
                     continue
-                morphs = next(analyses)
-                spans = segment_spans(chunk, ((m.start, m.end) for m in morphs))
-                if self.known.issuperset(chunk):  # common path: no unknown character
-                    for a, b in spans:
-                        if a and chunk[a - 1].isspace():
-                            words.append(SPACE + chunk[a:b])
-                            starts.append(off + a - 1)
-                        else:
-                            words.append(chunk[a:b])
-                            starts.append(off + a)
-                    continue
-                for a, b in self.pieces(chunk, spans):
-                    w = chunk[a:b]
-                    words.append(SPACE + w[1:] if w[0].isspace() else w)
-                    starts.append(off + a)
-            out.append({"words": words, "starts": starts})
-        return out
+                c_gs.append(tb + off)
+                c_len.append(len(chunk))
+                c_doc.append(d)
+                c_morphs.append(next(analyses))
+        K = len(c_gs)
+        gs = np.asarray(c_gs, dtype=np.int64)
+        ge = gs + np.asarray(c_len, dtype=np.int64)
+        cdoc = np.asarray(c_doc, dtype=np.int64)
+        counts = np.fromiter(map(len, c_morphs), dtype=np.int64, count=K)
+        flat = [m for ms in c_morphs for m in ms]
+        n = len(flat)
+        P = np.repeat(np.arange(K, dtype=np.int64), counts)
+        S = np.fromiter((m.start for m in flat), dtype=np.int64, count=n) + gs[P]
+        E = np.fromiter((m.end for m in flat), dtype=np.int64, count=n) + gs[P]
+        SP = np.fromiter((m.sent_position for m in flat), dtype=np.int64, count=n)
+
+        # sentences: a Kiwi sentence starts where its first morpheme does
+        new_sent = np.ones(n, dtype=bool)
+        new_sent[1:] = (P[1:] != P[:-1]) | (SP[1:] != SP[:-1])
+        sdoc = cdoc[P[new_sent]]
+        sent_keys = (sdoc << 32) + S[new_sent] - tbase[sdoc]
+        first_sent = np.searchsorted(sdoc, np.arange(len(texts)), side="left")
+
+        # segments: overlapping morphemes merge; zero-length ones neither start nor extend one
+        pos = E > S
+        Sp, Ep, Pp = S[pos], E[pos], P[pos]
+        R = np.maximum.accumulate((Pp << 32) + Ep) if len(Sp) else Ep
+        new = np.ones(len(Sp), dtype=bool)
+        new[1:] = (Pp[1:] != Pp[:-1]) | ((Pp[1:] << 32) + Sp[1:] >= R[:-1])
+        first_idx = np.flatnonzero(new)
+        last_idx = np.append(first_idx[1:] - 1, len(Sp) - 1) if len(first_idx) else first_idx
+        seg_s, seg_e, seg_p = Sp[first_idx], R[last_idx] & 0xFFFFFFFF, Pp[first_idx]
+
+        # chunks for the slow path: an unknown character, whitespace inside a segment, or a
+        # non-space character no segment covers
+        bad = (ukc[ge] - ukc[gs]) > 0
+        bad[seg_p[(wsc[seg_e] - wsc[seg_s] > 0) | (seg_e > ge[seg_p])]] = True
+        covered = np.bincount(seg_p, weights=seg_e - seg_s, minlength=K)
+        bad |= covered != (ge - gs) - (wsc[ge] - wsc[gs])
+        if not vectorized:
+            bad[:] = True
+
+        keep = ~bad[seg_p]
+        fs, fe, fp = seg_s[keep], seg_e[keep], seg_p[keep]
+        fdoc = cdoc[fp]
+        before_ws = is_ws[np.maximum(fs - 1, 0)]
+        spaced = (fs > gs[fp]) & before_ws
+        eoj_start = (fs == tbase[fdoc]) | before_ws
+        fg = fs - spaced
+        big2 = big.translate(_TO_SPACE)
+        fast_w = [big2[a:b] for a, b in zip(fg.tolist(), fe.tolist())]
+
+        if bad.any():
+            spans_of = np.cumsum(counts)
+            for k in np.flatnonzero(bad).tolist():
+                d, a0 = c_doc[k], c_gs[k]
+                chunk = big[a0 : a0 + c_len[k]]
+                lo, hi = (spans_of[k - 1] if k else 0), spans_of[k]
+                spans = segment_spans(chunk, zip((S[lo:hi] - a0).tolist(), (E[lo:hi] - a0).tolist()))
+                plain_chars = ukc[a0 + c_len[k]] == ukc[a0]
+                at_text_start = a0 == tbase_l[d] or big[a0 - 1].isspace()
+                for a, b in spans:
+                    e_start = chunk[a - 1].isspace() if a else at_text_start
+                    for j, (pa, pb) in enumerate([(a - (a > 0 and chunk[a - 1].isspace()), b)] if plain_chars else self.pieces(chunk, [(a, b)])):
+                        w = chunk[pa:pb]
+                        sp = w[0].isspace()
+                        slow_g.append(a0 + pa)
+                        slow_w.append(SPACE + w[1:] if sp else w)
+                        slow_sp.append(sp)
+                        slow_first.append(j == 0)
+                        slow_eoj.append(e_start and j == 0)
+                        slow_doc.append(d)
+
+        words = fast_w
+        g = fg
+        sp_all, first_all, eoj_all, doc_all = spaced, np.ones(len(fg), dtype=bool), eoj_start, fdoc
+        if slow_g:
+            g = np.concatenate([fg, np.asarray(slow_g, dtype=np.int64)])
+            order = np.argsort(g, kind="stable")
+            g = g[order]
+            both = fast_w + slow_w
+            words = [both[i] for i in order.tolist()]
+            sp_all = np.concatenate([spaced, np.asarray(slow_sp, dtype=bool)])[order]
+            first_all = np.concatenate([first_all, np.asarray(slow_first, dtype=bool)])[order]
+            eoj_all = np.concatenate([eoj_start, np.asarray(slow_eoj, dtype=bool)])[order]
+            doc_all = np.concatenate([fdoc, np.asarray(slow_doc, dtype=np.int64)])[order]
+        # units (segments) and eojeols, counted from 0 in each document
+        w_first = np.searchsorted(doc_all, np.arange(len(texts)), side="left")
+        U = np.zeros(len(g) + 1, dtype=np.int64)
+        np.cumsum(first_all, out=U[1:])
+        Q = np.zeros(len(g) + 1, dtype=np.int64)
+        np.cumsum(first_all & eoj_all, out=Q[1:])
+        base_u, base_q = U[w_first][doc_all], Q[w_first][doc_all]
+        return WordBatch(
+            words=words,
+            doc=doc_all,
+            start=g - tbase[doc_all],
+            spaced=sp_all,
+            seg=(U[1:] - 1 - base_u).astype(np.int32),
+            eoj=(Q[1:] - 1 - base_q).astype(np.int32),
+            n_words=np.bincount(doc_all, minlength=len(texts)),
+            sent_keys=sent_keys,
+            first_sent=first_sent,
+        )
 
     def pieces(self, text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """Word spans when `text` holds unknown characters: each segment, extended one char to the
@@ -181,6 +345,7 @@ class KorBertTokenizer(TokenizersBackend):
         # Characters that need no isolation: single-char pieces, plus whitespace (it becomes "▁").
         known = frozenset(p for p in vocab if len(p) == 1 and p not in SPECIAL_TOKENS) | _SPACES
         self._segmenter = Segmenter(self.kiwi_options, known)
+        self._piece_cache: _PieceCache | None = None
         self._tokenizer.pre_tokenizer = PreTokenizer.custom(KiwiPreTokenizer(self._segmenter))
 
     # -- construction --------------------------------------------------------------------------
@@ -372,101 +537,120 @@ class KorBertTokenizer(TokenizersBackend):
         analyses = chain.from_iterable(queued)
         return lambda: self._finish_documents(texts, plans, analyses)
 
-    def _finish_documents(self, texts: list[str], plans: list[list], analyses) -> list[dict]:
-        """The rest of `encode_documents`: Kiwi's analyses -> words (as `Segmenter.words` does,
-        plus sentences) -> backend -> per-token arrays, computed for the whole batch at once.
-
-        Each word comes from one surface segment, so a token's morpheme (segment) and eojeol are
-        those of its word; its sentence is found from where it starts (a token starting on the
-        whitespace of a "▁", i.e. at the start of a "▁" word, looks one character right)."""
-        import numpy as np
-
-        known, pieces = self._segmenter.known, self._segmenter.pieces
-        batch_words: list[list[str]] = []
-        w_start: list[int] = []  # per word of the batch: where it starts in its text,
-        w_spaced: list[bool] = []  # whether it starts with the "▁" of a whitespace char,
-        w_seg: list[int] = []  # its segment (morpheme unit) and eojeol in its document
-        w_eoj: list[int] = []
-        sent_keys: list[int] = []  # (document << 32) + start of each Kiwi sentence
-        first_sent: list[int] = []  # per document: its first entry in sent_keys
-        for d, (text, parts) in enumerate(zip(texts, plans)):
-            words: list[str] = []
-            first_sent.append(len(sent_keys))
-            seg = eoj = -1
-            for off, chunk, special in parts:
-                if special:
-                    seg += 1
-                    eoj += off == 0 or text[off - 1].isspace()
-                    words.append(chunk)
-                    w_start.append(off)
-                    w_spaced.append(False)
-                    w_seg.append(seg)
-                    w_eoj.append(eoj)
-                    continue
-                morphs = next(analyses)
-                sent = -1
-                for m in morphs:  # a Kiwi sentence starts where its first morpheme does
-                    if m.sent_position != sent:
-                        sent = m.sent_position
-                        sent_keys.append((d << 32) + off + m.start)
-                spans = segment_spans(chunk, ((m.start, m.end) for m in morphs))
-                plain_chars = known.issuperset(chunk)  # common path: no unknown character
-                for a, b in spans:
-                    seg += 1
-                    if a:  # the segment starts an eojeol when whitespace (or the text's start) precedes it
-                        spaced = chunk[a - 1].isspace()
-                        eoj += spaced
-                    else:
-                        spaced = False
-                        eoj += off == 0 or text[off - 1].isspace()
-                    if plain_chars:
-                        words.append(SPACE + chunk[a:b] if spaced else chunk[a:b])
-                        w_start.append(off + a - spaced)
-                        w_spaced.append(spaced)
-                        w_seg.append(seg)
-                        w_eoj.append(eoj)
-                        continue
-                    for pa, pb in pieces(chunk, [(a, b)]):
-                        w = chunk[pa:pb]
-                        spaced = w[0].isspace()
-                        words.append(SPACE + w[1:] if spaced else w)
-                        w_start.append(off + pa)
-                        w_spaced.append(spaced)
-                        w_seg.append(seg)
-                        w_eoj.append(eoj)
-            batch_words.append(words)
-        # HF leaves the last call's truncation/padding set on the backend; whole documents need neither
+    def _encode_words(self, words: list[str]) -> list:
+        """Words -> the backend's encodings (one per group of up to 4096 words)."""
+        # HF leaves the last call's truncation/padding set on the backend; words need neither
         self._tokenizer.no_truncation()
         self._tokenizer.no_padding()
         with self._words_mode():
-            encodings = self._tokenizer.encode_batch(batch_words, is_pretokenized=True, add_special_tokens=False)
-        ids: list[int] = []
-        word_ids: list[int] = []
-        rel: list[tuple[int, int]] = []
-        for enc in encodings:
-            ids += enc.ids
-            word_ids += enc.word_ids
-            rel += enc.offsets
-        n_tok = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
-        doc = np.repeat(np.arange(len(texts), dtype=np.int64), n_tok)
-        word_base = np.cumsum([0] + [len(w) for w in batch_words[:-1]], dtype=np.int64)
-        word = np.asarray(word_ids, dtype=np.int64) + word_base[doc]
-        rel_offsets = np.asarray(rel, dtype=np.int64).reshape(-1, 2)
-        offsets = rel_offsets + np.asarray(w_start, dtype=np.int64)[word][:, None]
-        start_on_space = np.asarray(w_spaced, dtype=bool)[word] & (rel_offsets[:, 0] == 0)
+            return self._tokenizer.encode_batch(
+                [words[i : i + _PieceCache.GROUP] for i in range(0, len(words), _PieceCache.GROUP)],
+                is_pretokenized=True,
+                add_special_tokens=False,
+            )
+
+    def _finish_documents(self, texts: list[str], plans: list[list], analyses) -> list[dict]:
+        """The rest of `encode_documents`: Kiwi's analyses -> words (`Segmenter.batch`) ->
+        backend -> per-token arrays, computed for the whole batch at once.
+
+        Each distinct word goes to the backend once (a word's pieces do not depend on its
+        neighbours) and is remembered across batches (`_PieceCache`); its tokens are then
+        gathered for every occurrence. Each word comes
+        from one surface segment, so a token's morpheme (segment) and eojeol are those of its
+        word; its sentence is found from where it starts (a token starting on the whitespace of
+        a "▁", i.e. at the start of a "▁" word, looks one character right)."""
+        b = self._segmenter.batch(texts, plans, analyses)
+        cache = self._piece_cache
+        if cache is None or cache.key != self._tokenizer.get_vocab_size(with_added_tokens=True):
+            cache = self._piece_cache = _PieceCache(self._tokenizer.get_vocab_size(with_added_tokens=True))
+        wid = cache.lookup(b.words, self._encode_words)
+        u_count, u_first, u_ids_a, u_rel_a = cache.count, cache.first, cache.ids, cache.rel
+        # every occurrence of every word -> its tokens
+        n_per_word = u_count[wid]
+        total = int(n_per_word.sum())
+        word = np.repeat(np.arange(len(wid), dtype=np.int64), n_per_word)
+        src = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(n_per_word) - n_per_word, n_per_word) + np.repeat(u_first[wid], n_per_word)
+        rel_offsets = u_rel_a[src]
+        doc = b.doc[word]
+        offsets = rel_offsets + b.start[word][:, None]
+        start_on_space = b.spaced[word] & (rel_offsets[:, 0] == 0)
         key = (doc << 32) + offsets[:, 0] + start_on_space
-        sentence = np.searchsorted(np.asarray(sent_keys, dtype=np.int64), key, side="right") - 1 - np.asarray(first_sent, dtype=np.int64)[doc]
-        cols = np.empty((4, len(ids)), dtype=np.int32)  # one block per batch; documents get row slices
-        cols[0] = ids
+        sentence = np.searchsorted(b.sent_keys, key, side="right") - 1 - b.first_sent[doc]
+        cols = np.empty((4, total), dtype=np.int32)  # one block per batch; documents get row slices
+        cols[0] = u_ids_a[src]
         cols[1] = np.maximum(sentence, 0)
-        cols[2] = np.asarray(w_seg, dtype=np.int32)[word]
-        cols[3] = np.asarray(w_eoj, dtype=np.int32)[word]
+        cols[2] = b.seg[word]
+        cols[3] = b.eoj[word]
         offsets = offsets.astype(np.int32)
-        ends = np.cumsum(n_tok).tolist()
+        ends = np.cumsum(np.bincount(doc, minlength=len(texts))).tolist()
         out = []
-        for a, b in zip([0] + ends[:-1], ends):
-            out.append({"ids": cols[0, a:b], "sentence": cols[1, a:b], "morpheme": cols[2, a:b], "eojeol": cols[3, a:b], "offsets": offsets[a:b]})
+        for a, e in zip([0] + ends[:-1], ends):
+            out.append({"ids": cols[0, a:e], "sentence": cols[1, a:e], "morpheme": cols[2, a:e], "eojeol": cols[3, a:e], "offsets": offsets[a:e]})
         return out
+
+
+class _PieceCache:
+    """word -> its backend tokens (ids, word-relative offsets), kept across `encode_documents`
+    calls in growing numpy buffers. Bounded: cleared when it holds LIMIT words (memory stays
+    flat on any corpus). `key` is the backend's vocabulary size: adding tokens starts a new cache."""
+
+    LIMIT = 300_000
+    GROUP = 4096
+
+    def __init__(self, key: int):
+        self.key = key
+        self.index: dict[str, int] = {}
+        self.count = np.zeros(1024, dtype=np.int64)  # per word: its number of tokens,
+        self.first = np.zeros(1024, dtype=np.int64)  # and where they start in ids / rel
+        self.ids = np.zeros(4096, dtype=np.int64)
+        self.rel = np.zeros((4096, 2), dtype=np.int64)
+        self.n_tokens = 0
+
+    def lookup(self, words: list[str], encode) -> np.ndarray:
+        """Index of every word (new ones are encoded with `encode(list_of_words)` and added)."""
+        if len(self.index) + len(words) > self.LIMIT:
+            self.__init__(self.key)
+        index, new = self.index, []
+        get, n0 = index.get, len(index)
+
+        def find(w: str) -> int:
+            i = get(w)
+            if i is None:
+                i = index[w] = n0 + len(new)
+                new.append(w)
+            return i
+
+        wid = np.fromiter(map(find, words), dtype=np.int64, count=len(words))
+        if new:
+            self._add(n0, new, encode(new))
+        return wid
+
+    def _add(self, n0: int, words: list[str], encodings) -> None:
+        ids: list[int] = []
+        rel: list[tuple[int, int]] = []
+        count = np.zeros(len(words), dtype=np.int64)
+        for j, enc in enumerate(encodings):
+            ids += enc.ids
+            rel += enc.offsets
+            c = np.bincount(np.asarray(enc.word_ids, dtype=np.int64), minlength=min(self.GROUP, len(words) - j * self.GROUP))
+            count[j * self.GROUP : j * self.GROUP + len(c)] = c
+        n1, t0, t1 = n0 + len(words), self.n_tokens, self.n_tokens + len(ids)
+        self.count, self.first = _grow(self.count, n1), _grow(self.first, n1)
+        self.ids, self.rel = _grow(self.ids, t1), _grow(self.rel, t1)
+        self.count[n0:n1] = count
+        self.first[n0:n1] = t0 + np.cumsum(count) - count
+        self.ids[t0:t1] = ids
+        self.rel[t0:t1] = np.asarray(rel, dtype=np.int64).reshape(-1, 2)
+        self.n_tokens = t1
+
+
+def _grow(a: np.ndarray, n: int) -> np.ndarray:
+    """`a` with room for at least n rows (doubling), contents kept."""
+    if n <= len(a):
+        return a
+    out = np.zeros((max(n, 2 * len(a)),) + a.shape[1:], dtype=a.dtype)
+    out[: len(a)] = a
+    return out
 
 
 def _existing(folder: Any, name: str) -> str | None:

@@ -226,3 +226,27 @@ def test_encode_documents_ignores_an_earlier_calls_truncation(tok):
     full = tok.encode_documents([text])[0]["ids"]
     tok(["질문", "또 질문"], ["문맥", "또 문맥"], truncation="only_second", max_length=10, padding="max_length")
     assert tok.encode_documents([text])[0]["ids"].tolist() == full.tolist() and len(full) > 10
+
+
+def test_numpy_word_path_equals_the_per_word_path(tok):
+    """Segmenter.batch computes the common case with numpy over a whole batch; the per-word path
+    (segment_spans + pieces, used for unknown characters and uncovered text) is the reference.
+    Forcing every text through the per-word path must give the same words, starts, units,
+    eojeols and sentences."""
+    from dataclasses import fields
+
+    from conftest import sample_texts
+    from corpus_tools.morph import get_kiwi
+    from corpus_tools.text import clean
+
+    texts = [clean(t) for t in sample_texts(400) + sample_texts(10, "petitions")] + HOSTILE
+    texts += ["끝에 공백 ", "다음 문장", "", "[MASK]", "앞 [MASK]뒤 [SEP] 끝", "ㅋㅋ", " 앞 공백"]  # neighbours matter: one batch string
+    seg = tok._segmenter
+    plans, plain = seg.plan(texts, tok.added_tokens_encoder)
+    analyses = list(get_kiwi(0, **tok.kiwi_options).tokenize(plain))
+    fast = seg.batch(texts, plans, iter(analyses))
+    slow = seg.batch(texts, plans, iter(analyses), vectorized=False)
+    assert len(fast.words) > 5000
+    for f in fields(fast):
+        a, b = getattr(fast, f.name), getattr(slow, f.name)
+        assert (a == b if isinstance(a, list) else a.shape == b.shape and (a == b).all()), f.name
