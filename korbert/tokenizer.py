@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import dataclass
@@ -219,7 +220,9 @@ class Segmenter:
         # chunks for the slow path: an unknown character, whitespace inside a segment, or a
         # non-space character no segment covers
         bad = (ukc[ge] - ukc[gs]) > 0
-        bad[seg_p[(wsc[seg_e] - wsc[seg_s] > 0) | (seg_e > ge[seg_p])]] = True
+        beyond = seg_e > ge[seg_p]  # (Kiwi spans past the chunk: the per-word path copes)
+        inside_ws = wsc[np.minimum(seg_e, ge[seg_p])] - wsc[seg_s] > 0
+        bad[seg_p[inside_ws | beyond]] = True
         covered = np.bincount(seg_p, weights=seg_e - seg_s, minlength=K)
         bad |= covered != (ge - gs) - (wsc[ge] - wsc[gs])
         if not vectorized:
@@ -539,15 +542,20 @@ class KorBertTokenizer(TokenizersBackend):
 
     def _encode_words(self, words: list[str]) -> list:
         """Words -> the backend's encodings (one per group of up to 4096 words)."""
-        # HF leaves the last call's truncation/padding set on the backend; words need neither
+        # HF leaves the last call's truncation/padding (and split_special_tokens) set on the backend
         self._tokenizer.no_truncation()
         self._tokenizer.no_padding()
-        with self._words_mode():
-            return self._tokenizer.encode_batch(
-                [words[i : i + _PieceCache.GROUP] for i in range(0, len(words), _PieceCache.GROUP)],
-                is_pretokenized=True,
-                add_special_tokens=False,
-            )
+        split_specials = self._tokenizer.encode_special_tokens
+        self._tokenizer.encode_special_tokens = False  # a special token written in the text stays whole
+        try:
+            with self._words_mode():
+                return self._tokenizer.encode_batch(
+                    [words[i : i + _PieceCache.GROUP] for i in range(0, len(words), _PieceCache.GROUP)],
+                    is_pretokenized=True,
+                    add_special_tokens=False,
+                )
+        finally:
+            self._tokenizer.encode_special_tokens = split_specials
 
     def _finish_documents(self, texts: list[str], plans: list[list], analyses) -> list[dict]:
         """The rest of `encode_documents`: Kiwi's analyses -> words (`Segmenter.batch`) ->
@@ -560,11 +568,11 @@ class KorBertTokenizer(TokenizersBackend):
         word; its sentence is found from where it starts (a token starting on the whitespace of
         a "▁", i.e. at the start of a "▁" word, looks one character right)."""
         b = self._segmenter.batch(texts, plans, analyses)
+        key = (self._tokenizer.get_vocab_size(with_added_tokens=True), repr(self._tokenizer.get_added_tokens_decoder()))
         cache = self._piece_cache
-        if cache is None or cache.key != self._tokenizer.get_vocab_size(with_added_tokens=True):
-            cache = self._piece_cache = _PieceCache(self._tokenizer.get_vocab_size(with_added_tokens=True))
-        wid = cache.lookup(b.words, self._encode_words)
-        u_count, u_first, u_ids_a, u_rel_a = cache.count, cache.first, cache.ids, cache.rel
+        if cache is None or cache.key != key:
+            cache = self._piece_cache = _PieceCache(key)
+        wid, u_count, u_first, u_ids_a, u_rel_a = cache.lookup(b.words, self._encode_words)
         # every occurrence of every word -> its tokens
         n_per_word = u_count[wid]
         total = int(n_per_word.sum())
@@ -592,13 +600,21 @@ class KorBertTokenizer(TokenizersBackend):
 class _PieceCache:
     """word -> its backend tokens (ids, word-relative offsets), kept across `encode_documents`
     calls in growing numpy buffers. Bounded: cleared when it holds LIMIT words (memory stays
-    flat on any corpus). `key` is the backend's vocabulary size: adding tokens starts a new cache."""
+    flat on any corpus). `key` identifies the backend's vocabulary and added tokens: a change
+    starts a new cache. Thread-safe; a pickled or copied tokenizer gets an empty cache."""
 
     LIMIT = 300_000
     GROUP = 4096
 
-    def __init__(self, key: int):
+    def __init__(self, key):
         self.key = key
+        self.lock = threading.Lock()
+        self._clear()
+
+    def __reduce__(self):
+        return (_PieceCache, (self.key,))
+
+    def _clear(self) -> None:
         self.index: dict[str, int] = {}
         self.count = np.zeros(1024, dtype=np.int64)  # per word: its number of tokens,
         self.first = np.zeros(1024, dtype=np.int64)  # and where they start in ids / rel
@@ -606,24 +622,28 @@ class _PieceCache:
         self.rel = np.zeros((4096, 2), dtype=np.int64)
         self.n_tokens = 0
 
-    def lookup(self, words: list[str], encode) -> np.ndarray:
-        """Index of every word (new ones are encoded with `encode(list_of_words)` and added)."""
-        if len(self.index) + len(words) > self.LIMIT:
-            self.__init__(self.key)
-        index, new = self.index, []
-        get, n0 = index.get, len(index)
+    def lookup(self, words: list[str], encode) -> tuple[np.ndarray, ...]:
+        """(index of every word, count, first, ids, rel) — the arrays as of this call (later calls
+        only write past them or replace them). New words are encoded with `encode(words)`; they
+        join the index only once encoded, so an interrupted call leaves the cache as it was."""
+        with self.lock:
+            if len(self.index) + len(words) > self.LIMIT:
+                self._clear()
+            get, new = self.index.get, {}
+            n0 = len(self.index)
 
-        def find(w: str) -> int:
-            i = get(w)
-            if i is None:
-                i = index[w] = n0 + len(new)
-                new.append(w)
-            return i
+            def find(w: str) -> int:
+                i = get(w)
+                if i is None:
+                    i = new.setdefault(w, n0 + len(new))
+                return i
 
-        wid = np.fromiter(map(find, words), dtype=np.int64, count=len(words))
-        if new:
-            self._add(n0, new, encode(new))
-        return wid
+            wid = np.fromiter(map(find, words), dtype=np.int64, count=len(words))
+            if new:
+                words_new = list(new)
+                self._add(n0, words_new, encode(words_new))
+                self.index.update(new)
+            return wid, self.count, self.first, self.ids, self.rel
 
     def _add(self, n0: int, words: list[str], encodings) -> None:
         ids: list[int] = []

@@ -1,4 +1,4 @@
-"""`korbert run` end to end on a tiny budget: every stage, the report, skipping, partial redo."""
+"""`korbert run` end to end on a tiny budget: every stage, the report, skipping, partial redo, replacing."""
 
 from __future__ import annotations
 
@@ -42,6 +42,13 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
     assert {"nsmc", "nsmc (control)"} <= set(changed["stage_seconds"])
     assert not {"korquad", "korquad (control)", "baseline"} & set(changed["stage_seconds"])
     assert changed["table"][2:] == r["table"][2:]  # the baselines were not redone
+
+    capsys.readouterr()  # a shards option: shards and pretraining are replaced (not refused), the model's evals redone
+    redo = main(RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, "shards.short_seq_prob=0.2"]))
+    said = capsys.readouterr()
+    assert "rebuilding" in said.err and "starting over" in said.out and "vocabulary up to date" in said.out
+    assert json.loads((out / "shards" / "manifest.json").read_text())["config"]["short_seq_prob"] == 0.2
+    assert {"korquad", "korquad (control)"} <= set(redo["stage_seconds"]) and "baseline" not in redo["stage_seconds"]
 
 
 def test_recipe_errors_name_the_problem(tmp_path):

@@ -250,3 +250,31 @@ def test_numpy_word_path_equals_the_per_word_path(tok):
     for f in fields(fast):
         a, b = getattr(fast, f.name), getattr(slow, f.name)
         assert (a == b if isinstance(a, list) else a.shape == b.shape and (a == b).all()), f.name
+
+
+def test_encode_documents_word_cache_stays_correct(tok):
+    """The word cache of encode_documents must not outlive the backend state it was made with,
+    survive a failed encode half-filled, or be pickled full."""
+    import pickle
+
+    import numpy as np
+
+    text = ["[MASK] 영화가 정말 재밌다 [SEP] 끝"]
+    first = tok.encode_documents(text)[0]["ids"].tolist()
+    assert first[0] == tok.mask_token_id and first == tok(text[0], add_special_tokens=False)["input_ids"]
+    tok(["x"], split_special_tokens=True)  # HF leaves this switch set on the backend
+    assert tok.encode_documents(text)[0]["ids"].tolist() == first
+    tok(["x"])
+    cache = tok._piece_cache
+    size = len(cache.index)
+
+    def broken(words):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cache.lookup(["처음보는단어하나", "처음보는단어둘"], broken)
+    assert len(cache.index) == size
+    wid, count, *_ = cache.lookup(["처음보는단어하나"], tok._encode_words)
+    assert count[wid[0]] > 0
+    copy = pickle.loads(pickle.dumps(cache))  # travels empty
+    assert copy.key == cache.key and len(copy.index) == 0 and isinstance(copy.ids, np.ndarray)
