@@ -723,21 +723,9 @@ def _summarize(chunks: list[dict], skipped: Counter, first: dict) -> dict:
     }
 
 
-def _existing(folder: Path, key: str, force: bool, replace: bool = False) -> tuple[dict | None, dict]:
+def _existing(folder: Path, key: str, force: bool) -> tuple[dict | None, dict]:
     """What `folder` already holds: (its manifest if it is finished with this key, None) and the
-    progress to resume (finished shards whose files are intact). Anything else is refused, or
-    with `replace` discarded."""
-    if replace and not force:
-        old_key = None
-        if (folder / "manifest.json").is_file():
-            old_key = json.loads((folder / "manifest.json").read_text(encoding="utf-8")).get("key")
-        elif (folder / PROGRESS).is_file():
-            old_key = json.loads((folder / PROGRESS).read_text(encoding="utf-8")).get("key")
-        elif folder.is_dir() and _shard_files(folder):
-            old_key = ""
-        if old_key is not None and old_key != key:
-            print(f"{folder}: holds shards made with other options or inputs; rebuilding", file=sys.stderr)
-            force = True
+    progress to resume (finished shards whose files are intact). Anything else is refused."""
     if force and folder.is_dir():
         for p in _shard_files(folder) + [folder / PROGRESS, folder / "manifest.json"]:
             p.unlink(missing_ok=True)
@@ -781,7 +769,13 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
     ident = {k: v for k, v in config.items() if k != "batch_docs"}
     key = hashlib.sha256(json.dumps([ident, tm["tokenizer_hash"], inputs], sort_keys=True).encode()).hexdigest()
 
-    finished, progress = _existing(folder, key, cfg.force, cfg.replace)
+    try:
+        finished, progress = _existing(folder, key, cfg.force)
+    except InputError:
+        if not cfg.replace:
+            raise
+        print(f"{folder}: holds shards made with other options or inputs; rebuilding", file=sys.stderr)
+        finished, progress = _existing(folder, key, True)
     if finished is not None:
         print(f"{folder}: shards up to date ({finished['counts']['train']['instances']} training instances); --force rebuilds them")
         show(folder, cfg.show)

@@ -270,23 +270,22 @@ def main(cfg: PretrainConfig) -> dict:
     # -- resume or start
     state = None
     force = cfg.force
-    if cfg.replace and not force and ckpt_path.exists():
-        old = torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True)["state"]["run_key"]
-        if old != key:
+    if ckpt_path.exists() and not force:
+        state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        foreign = state["state"]["run_key"] != key
+        if foreign and cfg.replace:
             if dist.main:
                 print(f"{ckpt_path}: a run with other settings; starting over")
-            force = True
+            state, force = None, True
+        elif not cfg.resume:
+            raise InputError(f"{ckpt_path} exists: pass --resume to continue it or --force to start over")
+        elif foreign:
+            raise InputError(f"{ckpt_path} belongs to another run (other shards or settings); pass --force to start over")
     if force and dist.main:
         for p in (ckpt_path, log_path, out / "config.json"):
             p.unlink(missing_ok=True)
         shutil.rmtree(final, ignore_errors=True)
     dist.barrier()
-    if ckpt_path.exists():
-        if not cfg.resume:
-            raise InputError(f"{ckpt_path} exists: pass --resume to continue it or --force to start over")
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        if state["state"]["run_key"] != key:
-            raise InputError(f"{ckpt_path} belongs to another run (other shards or settings); pass --force to start over")
 
     if state is None:
         mcfg = bert_config(cfg.model_size, len(tok), sm["config"]["max_seq_len"], _overrides(cfg.override))

@@ -56,21 +56,7 @@ SPM_FILE = "spm.model"
 _SPACES = frozenset(c for c in map(chr, range(0x3001)) if c.isspace())  # every str.isspace() char
 FORMAT_VERSION = 1
 _TO_SPACE = {ord(c): SPACE for c in _SPACES}
-_WS_TABLE: np.ndarray | None = None
-
-
-def _char_tables(segmenter: "Segmenter") -> tuple[np.ndarray, np.ndarray]:
-    """Boolean tables over all code points: whitespace (str.isspace), and the segmenter's known chars."""
-    global _WS_TABLE
-    if _WS_TABLE is None:
-        table = np.zeros(0x110000, dtype=bool)
-        table[[ord(c) for c in _SPACES]] = True
-        _WS_TABLE = table
-    if segmenter._known_table is None:
-        table = np.zeros(0x110000, dtype=bool)
-        table[[ord(c) for c in segmenter.known if len(c) == 1]] = True
-        segmenter._known_table = table
-    return _WS_TABLE, segmenter._known_table
+_WS_TABLE: np.ndarray | None = None  # str.isspace() over all code points, built on first use
 
 
 @dataclass
@@ -106,6 +92,19 @@ class Segmenter:
         self.known = known_chars
         self._known_table: np.ndarray | None = None
         self._special: tuple[tuple[str, ...], re.Pattern | None] = ((), None)
+
+    def _char_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """Boolean tables over all code points: whitespace (str.isspace), and the known chars."""
+        global _WS_TABLE
+        if _WS_TABLE is None:
+            table = np.zeros(0x110000, dtype=bool)
+            table[[ord(c) for c in _SPACES]] = True
+            _WS_TABLE = table
+        if self._known_table is None:
+            table = np.zeros(0x110000, dtype=bool)
+            table[[ord(c) for c in self.known if len(c) == 1]] = True
+            self._known_table = table
+        return _WS_TABLE, self._known_table
 
     def special_pattern(self, tokens) -> re.Pattern | None:
         tokens = tuple(tokens)
@@ -149,7 +148,7 @@ class Segmenter:
         Both follow the same rules (see `segment_spans` and `pieces`); words are ordered by where
         they start, which is increasing through the batch. `vectorized=False` sends every text
         the per-word way (the reference the tests compare the numpy path with)."""
-        ws_table, known_table = _char_tables(self)
+        ws_table, known_table = self._char_tables()
         tbase_l = [0]
         for t in texts:
             tbase_l.append(tbase_l[-1] + len(t))

@@ -16,6 +16,12 @@ def sample_texts(n: int = 3000, name: str = "reviews") -> list[str]:
         return [json.loads(line)["text"] for _, line in zip(range(n), f)]
 
 
+def write_jsonl(path: Path, texts: list[str]) -> Path:
+    """A JSON Lines corpus, one {"text": ...} per line."""
+    path.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts), encoding="utf-8")
+    return path
+
+
 def nsmc_test_docs(n: int = 500) -> list[str]:
     lines = (SAMPLE / "nsmc_test.txt").read_text(encoding="utf-8").splitlines()[1 : n + 1]
     return [line.split("\t")[1] for line in lines]
@@ -24,10 +30,7 @@ def nsmc_test_docs(n: int = 500) -> list[str]:
 @pytest.fixture(scope="session")
 def corpus_file(tmp_path_factory) -> Path:
     """A small JSONL corpus: 3,000 sampled reviews + 40 petitions (real text)."""
-    path = tmp_path_factory.mktemp("corpus") / "small.jsonl"
-    rows = [{"text": t} for t in sample_texts(3000)] + [{"text": t} for t in sample_texts(40, "petitions")]
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return path
+    return write_jsonl(tmp_path_factory.mktemp("corpus") / "small.jsonl", sample_texts(3000) + sample_texts(40, "petitions"))
 
 
 @pytest.fixture(scope="session")

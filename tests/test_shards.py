@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SAMPLE, sample_texts
+from conftest import SAMPLE, sample_texts, write_jsonl
 from corpus_tools.artifacts import read_manifest, sha256_file
 from corpus_tools.shards import (
     CLS, IGNORE, MASK, SEP, MaskConfig, ShardsConfig, first_normal_id, main, mask_tokens, merge, open_shards,
@@ -49,10 +49,7 @@ def shard_bytes(folder: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def reviews(tmp_path_factory) -> Path:
     """8,000 sample reviews (mostly one sentence, often one or two words) + the 150 petitions."""
-    path = tmp_path_factory.mktemp("rev") / "reviews.jsonl"
-    rows = [{"text": t} for t in sample_texts(8000)] + [{"text": t} for t in sample_texts(150, "petitions")]
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return path
+    return write_jsonl(tmp_path_factory.mktemp("rev") / "reviews.jsonl", sample_texts(8000) + sample_texts(150, "petitions"))
 
 
 @pytest.fixture(scope="module")
