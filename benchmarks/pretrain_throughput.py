@@ -1,18 +1,22 @@
-"""Training-step throughput: korbert's pretraining step against transformers' plain BertForPreTraining.
+"""CPU training-step throughput: korbert's pretraining step against transformers' BertForPreTraining.
 
-Same shards, same model size, same batch size, same optimizer (AdamW), same machine, in one run:
+Same shards, same instances, same model size, same optimizer (AdamW), same process, configurations
+interleaved in rounds so that load drift on a shared machine hits them alike:
 
-  hf        BertForPreTraining as the HF examples train it: every batch padded to max_seq_len, the
-            dense MLM head (vocabulary logits at every position), HF's own loss
-  korbert   KorBertForPreTraining as `korbert pretrain` trains it: length-grouped batches padded to
-            the longest instance, MLM logits at the masked positions only
+  hf_dynamic_padding  the baseline a competent user runs: BertForPreTraining with batches padded to
+                      their longest instance (length-grouped, as Trainer's group_by_length), HF's
+                      dense MLM head (vocabulary logits at every position) and its own loss
+  hf_padded           the naive one, beside it: every batch padded to max_seq_len
+  korbert             `korbert pretrain`'s step: the same length-grouped batches, MLM logits at the
+                      predicted positions only, indices and counts from the CPU collate
+  korbert_packed      `--tokens-per-batch --pack`: the same number of tokens per step packed into
+                      rows of max_seq_len (block-diagonal attention)
 
-and two ablations that split the gain: hf+dynamic padding (dense head on korbert's batches) and
-korbert+padded (sparse head on max_seq_len batches). Throughput counts real (non-padding) tokens,
-so padding is cost, not credit. Configurations run interleaved in rounds so that load drift on a
-shared machine hits them alike.
+Throughput counts real (non-padding) tokens, so padding is cost, not credit. It also reports the
+share of this machine's measured fp32 matmul peak (a 2048 x 2048 sgemm) that korbert's step
+reaches, counting the model FLOPs of `korbert.model.step_flops`.
 
-    python benchmarks/pretrain_throughput.py --shards runs/shards-full --sizes mini small
+    python benchmarks/pretrain_throughput.py --shards runs/cpu/shards --sizes mini small
 """
 
 from __future__ import annotations
@@ -29,42 +33,45 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
-from corpus_tools.shards import open_shards  # noqa: E402
+from corpus_tools.shard_format import open_shards  # noqa: E402
 from korbert.data import BatchPlan, PretrainingDataset, collate, instance_lengths  # noqa: E402
-from korbert.model import KorBertForPreTraining, bert_config  # noqa: E402
+from korbert.model import KorBertForPreTraining, bert_config, step_flops  # noqa: E402
+from korbert.pretrain import MODEL_INPUTS  # noqa: E402
 
 
-def batches(ds: PretrainingDataset, batch: int, n: int, seed: int, padded_to: int | None) -> list[dict]:
-    """n batches: korbert's plan (length-grouped) or, with padded_to, random batches padded to max_seq_len."""
-    if padded_to is None:
-        plan = BatchPlan(instance_lengths(ds.reader), batch, seed)
-        return [ds[plan(s)] for s in range(n)]
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        items = [ds.instance(0, int(i)) for i in rng.choice(len(ds.reader), batch, replace=False)]
-        b = collate(items)
-        pad = padded_to - b["input_ids"].shape[1]
-        out.append({k: (torch.nn.functional.pad(v, (0, pad), value=-100 if k == "labels" else 0) if v.dim() == 2 else v) for k, v in b.items()})
-    return out
+def dense(b: dict, length: int | None = None) -> dict:
+    """A korbert batch (one instance per row) as HF's BertForPreTraining takes it, padded to `length`."""
+    r, t = b["input_ids"].shape
+    t2 = length or t
+    pad = lambda x, v=0: torch.nn.functional.pad(x, (0, t2 - t), value=v)  # noqa: E731
+    labels = torch.full((r * t,), -100, dtype=torch.long)
+    labels[b["mlm_positions"]] = b["mlm_labels"]
+    return {
+        "input_ids": pad(b["input_ids"]), "token_type_ids": pad(b["token_type_ids"]), "attention_mask": pad((b["segments"] > 0).long()),
+        "labels": pad(labels.view(r, t), -100), "next_sentence_label": b["nsp_labels"],
+    }
 
 
-def step_fn(model, opt, sparse: bool):
-    def step(b):
-        if sparse:
-            loss = model(**b, sparse=True).loss
-        else:
-            loss = model(**b).loss  # HF's BertForPreTraining: dense logits + CrossEntropyLoss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+def stats(b: dict) -> tuple[int, int, int, int]:
+    """(non-padding tokens, sum of squared instance lengths, predicted tokens, instances) of a korbert batch."""
+    seg = b["segments"]
+    instance = (seg + (int(seg.max()) + 1) * torch.arange(seg.shape[0])[:, None])[seg > 0]
+    lens = torch.bincount(instance)
+    return b["counts"][2], int((lens * lens).sum()), b["counts"][0], b["counts"][1]
 
-    return step
+
+def sgemm_gflops(n: int = 2048, reps: int = 10) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shards", default="runs/shards-full")
+    ap.add_argument("--shards", default="runs/cpu/shards")
     ap.add_argument("--sizes", nargs="+", default=["mini", "small"])
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--steps", type=int, default=6, help="timed steps per configuration per round")
@@ -75,54 +82,79 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     reader = open_shards(a.shards, verify=False)
     max_len = reader.manifest["config"]["max_seq_len"]
+    vocab = reader.manifest["mask_config"]["random_high"]
     ds = PretrainingDataset(reader, seed=0)
     n = a.steps * a.rounds + 2
-    dyn = batches(ds, a.batch_size, n, 0, None)
-    pad = batches(ds, a.batch_size, n, 0, max_len)
-    real = lambda bs: sum(int(b["attention_mask"].sum()) for b in bs)  # noqa: E731
-    print(f"shards {a.shards}: {len(reader)} instances, mean {real(pad) / (n * a.batch_size):.1f} tokens (max_seq_len {max_len}); "
-          f"batch {a.batch_size}, {a.threads} threads, load {os.getloadavg()[0]:.2f}")
+    lengths = instance_lengths(reader)
+    plan = BatchPlan(lengths, 0, max_len, rows_per_step=a.batch_size)
+    grouped = [ds[plan(s)] for s in range(n)]
+    tokens_per_step = int(np.mean([b["counts"][2] for b in grouped]))
+    packed_plan = BatchPlan(lengths, 0, max_len, tokens_per_step=max(max_len, round(tokens_per_step / max_len) * max_len), pack=True)
+    packed = [ds[packed_plan(s)] for s in range(n)]
+    batches = {
+        "hf_padded": [dense(b, max_len) for b in grouped], "hf_dynamic_padding": [dense(b) for b in grouped],
+        "korbert": grouped, "korbert_packed": packed,
+    }
+    meta = {name: [stats(b) for b in (packed if name == "korbert_packed" else grouped)] for name in batches}
+    peak = sgemm_gflops()
+    load = os.getloadavg()
+    print(f"shards {a.shards}: {len(reader)} instances, mean {lengths.mean():.1f} tokens (max_seq_len {max_len}), vocab {vocab}; "
+          f"batch {a.batch_size} (~{tokens_per_step} tokens; packed: {packed[0]['input_ids'].shape[0]} rows of {max_len}), "
+          f"{a.threads} threads, load {load[0]:.2f}; sgemm 2048^2: {peak:.0f} GFLOP/s")
     results = {}
     for size in a.sizes:
-        cfgs = {  # name: (sparse head, batches)
-            "hf": (False, pad), "hf+dynamic_padding": (False, dyn), "korbert+padded": (True, pad), "korbert": (True, dyn),
-        }
+        mcfg = bert_config(size, vocab, max_len)
         runs = {}
-        for name, (sparse, bs) in cfgs.items():
+        for name, bs in batches.items():
             torch.manual_seed(0)
-            model = KorBertForPreTraining(bert_config(size, reader.manifest["mask_config"]["random_high"], max_len))
+            model = KorBertForPreTraining(mcfg)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-            fn = step_fn(model, opt, sparse)
+            sparse = name.startswith("korbert")
+
+            def step(b, model=model, opt=opt, sparse=sparse):
+                if sparse:
+                    loss = model(**{k: b[k] for k in MODEL_INPUTS}, packed=b["packed"], sparse=True).loss
+                else:
+                    loss = model(**b).loss  # HF's BertForPreTraining: dense logits + CrossEntropyLoss
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
             for b in bs[:2]:  # warm-up
-                fn(b)
-            runs[name] = {"fn": fn, "bs": bs, "seconds": 0.0, "tokens": 0, "padded": 0}
+                step(b)
+            runs[name] = {"step": step, "bs": bs, "meta": meta[name], "seconds": 0.0, "tokens": 0, "padded": 0, "flops": 0.0}
         for r in range(a.rounds):
             for name, run in runs.items():
                 chunk = run["bs"][2 + r * a.steps : 2 + (r + 1) * a.steps]
                 t = time.perf_counter()
                 for b in chunk:
-                    run["fn"](b)
+                    run["step"](b)
                 run["seconds"] += time.perf_counter() - t
-                run["tokens"] += real(chunk)
-                run["padded"] += sum(b["input_ids"].numel() for b in chunk)
+                for b, (tok, att, m, pairs) in zip(chunk, run["meta"][2 + r * a.steps :]):
+                    run["tokens"] += tok
+                    run["padded"] += b["input_ids"].numel()
+                    run["flops"] += step_flops(mcfg, tok, att, m, pairs)
         res = {}
         for name, run in runs.items():
             res[name] = {"tokens_per_s": round(run["tokens"] / run["seconds"], 1), "seconds": round(run["seconds"], 2),
-                         "tokens": run["tokens"], "padding_share": round(1 - run["tokens"] / run["padded"], 4)}
-        base = res["hf"]["tokens_per_s"]
-        res["ratio_korbert_vs_hf"] = round(res["korbert"]["tokens_per_s"] / base, 3)
-        res["ratio_dynamic_padding_only"] = round(res["hf+dynamic_padding"]["tokens_per_s"] / base, 3)
-        res["ratio_sparse_head_only"] = round(res["korbert+padded"]["tokens_per_s"] / base, 3)
+                         "tokens": run["tokens"], "padding_share": round(1 - run["tokens"] / run["padded"], 4),
+                         "model_gflops_per_s": round(run["flops"] / run["seconds"] / 1e9, 1)}
+        fair, naive = res["hf_dynamic_padding"]["tokens_per_s"], res["hf_padded"]["tokens_per_s"]
+        res["ratio_korbert_vs_hf_dynamic_padding"] = round(res["korbert"]["tokens_per_s"] / fair, 3)
+        res["ratio_korbert_packed_vs_hf_dynamic_padding"] = round(res["korbert_packed"]["tokens_per_s"] / fair, 3)
+        res["ratio_korbert_vs_hf_padded"] = round(res["korbert"]["tokens_per_s"] / naive, 3)
+        res["ratio_korbert_sgemm_peak_share"] = round(res["korbert"]["model_gflops_per_s"] / peak, 3)
         results[size] = res
         print(f"BERT-{size}: " + ", ".join(f"{k} {v['tokens_per_s']:,.0f} tok/s" for k, v in res.items() if isinstance(v, dict)))
-        print(f"  ratio korbert / hf = {res['ratio_korbert_vs_hf']:.2f}x (dynamic padding alone {res['ratio_dynamic_padding_only']:.2f}x, "
-              f"sparse MLM head alone {res['ratio_sparse_head_only']:.2f}x)")
+        print(f"  korbert / hf (dynamic padding) = {res['ratio_korbert_vs_hf_dynamic_padding']:.2f}x, packed "
+              f"{res['ratio_korbert_packed_vs_hf_dynamic_padding']:.2f}x; / hf padded to {max_len} = {res['ratio_korbert_vs_hf_padded']:.2f}x; "
+              f"{res['korbert']['model_gflops_per_s']:.0f} model GFLOP/s = {res['ratio_korbert_sgemm_peak_share']:.0%} of the sgemm peak")
     out = {
-        "stage": "pretrain", "what": "CPU training-step throughput, korbert vs transformers BertForPreTraining",
+        "stage": "pretrain", "what": "CPU training-step throughput, korbert vs transformers BertForPreTraining (dynamic padding)",
         "command": "python " + " ".join(sys.argv), "machine": machine(), "torch": torch.__version__,
-        "load_average_end": os.getloadavg(), "batch_size": a.batch_size, "steps_per_config": a.steps * a.rounds,
-        "shards": a.shards, "results": results,
-        **{f"ratio_korbert_vs_hf_{s}": results[s]["ratio_korbert_vs_hf"] for s in results},
+        "load_average_start": load, "load_average_end": os.getloadavg(), "sgemm_2048_gflops": round(peak, 1),
+        "batch_size": a.batch_size, "steps_per_config": a.steps * a.rounds, "shards": a.shards, "vocab_size": vocab, "results": results,
+        **{f"ratio_korbert_vs_hf_dynamic_padding_{s}": results[s]["ratio_korbert_vs_hf_dynamic_padding"] for s in results},
     }
     atomic_write_json(a.out, out)
     print(f"-> {a.out}")

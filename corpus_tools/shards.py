@@ -49,28 +49,12 @@ finished shard (train and valid of one chunk of documents) is recorded with its 
 `progress.json` (written atomically); a restarted run reads the input again, skips the documents
 of recorded shards without analysing them, and builds the rest. `manifest.json` is written last.
 
-Shard format (read by `open_shards` below; plain .npy files, no pickles, np.load(mmap_mode="r")):
-
-    {split}-{k:05d}.tokens.npy    int32 [T]     all instances' token ids, concatenated
-                                                (static: the masked input ids)
-    {split}-{k:05d}.offsets.npy   int64 [N+1]   instance n = tokens[offsets[n]:offsets[n+1]]
-    {split}-{k:05d}.b_start.npy   int16 [N]     index of B's first token (token type 1 from there)
-    {split}-{k:05d}.nsp.npy       int8  [N]     0 = IsNext, 1 = NotNext (random B), as in HF BERT
-    {split}-{k:05d}.labels.npy    int32 [T]     static only: original id where masked, else -100
-    {split}-{k:05d}.units.npy     int16 [T]     dynamic + morpheme/eojeol: unit id within the
-                                                instance (specials -1), for whole-unit masking
-    tokenizer/                    a copy of the tokenizer folder the shards were made with
-    manifest.json                 kind "shards": config, tokenizer hash, counts, shard list, sha256s
-
-split is "train" or "valid"; with --num-parts P, part p writes into part-{p:05d}/ and
-`korbert shards-merge OUT` writes one manifest over all parts. Instances are stored in document
-order: the loader shuffles.
+The shard format (columns, dtypes, manifest), its reader and the masking: corpus_tools/shard_format.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import sys
@@ -85,16 +69,16 @@ import numpy as np
 
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, file_record, read_manifest, sha256_file, write_manifest
+from corpus_tools.shard_format import (
+    CLS, FORMAT_VERSION, IGNORE, MASK, SEP, SPLITS, TOKENIZER_DIR, UNK, MaskConfig, _ShardWriter, _tokenizer_dir,
+    mask_stats, mask_tokens, open_shards, shard_columns,
+)
+from corpus_tools.shard_format import ShardReader, first_normal_id  # noqa: F401  (imported from here: korbert.data, tests)
 from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_documents
 
 SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
-FORMAT_VERSION = 1
-IGNORE = -100  # label of a token that is not predicted
-PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4  # fixed by the tokenizer (korbert.tokenizer.SPECIAL_TOKENS)
-SPLITS = ("train", "valid")
 DYNAMIC_STATS_EVERY = 8  # dynamic masking: the statistics draw masks for every 8th document's instances
 PROGRESS = "progress.json"
-TOKENIZER_DIR = "tokenizer"
 
 
 @dataclass
@@ -134,97 +118,6 @@ class ShardsConfig:
     force: bool = C.field(False, "rebuild from scratch, discarding what `out` holds")
     replace: bool = C.field(False, "when `out` holds shards made with other options or inputs, rebuild instead of refusing (same options: kept or resumed)")
     show: int = C.field(2, "print this many decoded training instances at the end")
-
-
-# ---------------------------------------------------------------------------------------------
-# Masking: one function for static shards and for the dynamic loader
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MaskConfig:
-    mask_prob: float = 0.15
-    mask_id: int = MASK
-    random_low: int = 0  # random replacements are drawn from [random_low, random_high): normal pieces
-    random_high: int = 1
-    mask_share: float = 0.8  # of the chosen tokens: [MASK]
-    keep_share: float = 0.1  # unchanged; the rest (0.1) a random piece
-
-    @classmethod
-    def from_tokenizer(cls, tok, mask_prob: float = 0.15) -> "MaskConfig":
-        return cls(mask_prob=mask_prob, mask_id=tok.mask_token_id, random_low=first_normal_id(tok), random_high=len(tok))
-
-
-def first_normal_id(tok) -> int:
-    """The first id that is not special, [unusedN] or a byte piece <0xNN> (the layout is fixed)."""
-    for i, t in enumerate(tok.convert_ids_to_tokens(list(range(len(tok))))):
-        special = t in tok.all_special_tokens or (t.startswith("[unused") and t.endswith("]"))
-        if not special and not (len(t) == 6 and t.startswith("<0x") and t.endswith(">")):
-            return i
-    raise ValueError("the tokenizer has no normal pieces")
-
-
-def special_mask_of(ids: np.ndarray) -> np.ndarray:
-    """bool [n]: the [CLS]/[SEP]/[PAD] positions (document text never holds these ids: see _Doc)."""
-    return (ids == CLS) | (ids == SEP) | (ids == PAD)
-
-
-def mask_tokens(
-    ids: np.ndarray, special_mask: np.ndarray, unit_ids: np.ndarray | None, rng: np.random.Generator, cfg: MaskConfig
-) -> tuple[np.ndarray, np.ndarray]:
-    """BERT masking. ids int [n]; special_mask bool [n] (never masked); unit_ids int [n] or None
-    (tokens with the same id in a run are one unit, masked together; None = every token alone).
-
-    Returns (input_ids [n], same dtype as ids; labels int32 [n]: the original id where a token is to
-    be predicted, -100 elsewhere). round(mask_prob * non-special tokens) tokens, at least 1, are
-    chosen unit by unit in random order, skipping units that would overshoot (as BERT's whole-word
-    masking does); each chosen token: [MASK] 80%, unchanged 10%, random normal piece 10%.
-    """
-    ids = np.asarray(ids)
-    labels = np.full(ids.shape, IGNORE, dtype=np.int32)
-    cand = np.flatnonzero(~special_mask)  # positions that may be masked
-    if cand.size == 0:
-        return ids.copy(), labels
-    k = max(1, int(round(cand.size * cfg.mask_prob)))
-    if unit_ids is None:
-        pos = rng.permutation(cand)[:k]
-    else:
-        u = np.asarray(unit_ids)[cand]
-        first = np.flatnonzero(np.concatenate(([True], u[1:] != u[:-1])))  # [units] where each unit starts in cand
-        sizes = np.diff(first, append=cand.size)  # [units]
-        order = rng.permutation(first.size)
-        total = np.cumsum(sizes[order])
-        n = int(np.searchsorted(total, k, side="right"))  # whole units that fit, in random order
-        chosen = order[:n].tolist()
-        left = k - (int(total[n - 1]) if n else 0)
-        for j in order[n + 1 :].tolist():  # the next unit overshot: keep trying smaller ones
-            if left == 0:
-                break
-            if sizes[j] <= left:
-                chosen.append(j)
-                left -= int(sizes[j])
-        pick = np.zeros(first.size, dtype=bool)
-        pick[chosen] = True
-        pos = cand[np.repeat(pick, sizes)]
-    out = ids.copy()
-    labels[pos] = ids[pos]
-    r = rng.random(pos.size)
-    out[pos[r < cfg.mask_share]] = cfg.mask_id
-    rand = pos[r >= cfg.mask_share + cfg.keep_share]
-    out[rand] = rng.integers(cfg.random_low, cfg.random_high, size=rand.size)
-    return out, labels
-
-
-def mask_stats(inputs: np.ndarray, labels: np.ndarray, special: np.ndarray, mask_id: int) -> Counter:
-    """Counts that check the recipe: candidates, masked, and how the masked tokens were replaced."""
-    m = labels != IGNORE
-    got, want = inputs[m], labels[m]
-    as_mask = int((got == mask_id).sum())
-    as_keep = int((got == want).sum())
-    return Counter(
-        candidate_tokens=int((~special).sum()), masked=int(m.sum()),
-        as_mask=as_mask, as_keep=as_keep, as_random=int(m.sum()) - as_mask - as_keep,
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,12 +234,15 @@ def document_pairs(
     return out
 
 
-def build_instance(doc: _Doc, a0: int, a1: int, other: _Doc, b0: int, b1: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """ids int32 [la + lb + 3] = [CLS] A [SEP] B [SEP]; units int16 [same] or None: the document's
-    unit ids shifted to start at 0 in A and past A's last one in B (so A and B never share a unit),
-    -1 on the specials. Only runs of equal ids matter to `mask_tokens`."""
+def build_instance(
+    doc: _Doc, a0: int, a1: int, other: _Doc, b0: int, b1: int, ids_dtype: str, units_dtype: str
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """ids [la + lb + 3] = [CLS] A [SEP] B [SEP]; units [same] or None: the document's unit ids
+    shifted to start at 0 in A and past A's last one in B (so A and B never share a unit), -1 on
+    the specials. Only runs of equal ids matter to `mask_tokens`. The dtypes are the shard
+    columns' (`shard_columns`): the instance is built as it is stored."""
     la, lb = a1 - a0, b1 - b0
-    ids = np.empty(la + lb + 3, dtype=np.int32)
+    ids = np.empty(la + lb + 3, dtype=ids_dtype)
     ids[0], ids[la + 1], ids[-1] = CLS, SEP, SEP
     ids[1 : la + 1] = doc.ids[a0:a1]
     ids[la + 2 : -1] = other.ids[b0:b1]
@@ -354,11 +250,12 @@ def build_instance(doc: _Doc, a0: int, a1: int, other: _Doc, b0: int, b1: int) -
         return ids, None
     ua, ub = doc.units[a0:a1], other.units[b0:b1]
     shift_b = int(ub[0]) - (int(ua[-1]) - int(ua[0])) - 1
-    if int(ub[-1]) - shift_b > 32767:  # (never with real text) renumber the runs compactly
-        u = np.concatenate(([-1], ua, [-1], ub + (1 << 30), [-1]))
-        units = (np.cumsum(np.r_[0, u[1:] != u[:-1]]) - 1).astype(np.int16)
+    units = np.empty(la + lb + 3, dtype=units_dtype)
+    if int(ub[-1]) - shift_b > np.iinfo(units.dtype).max:  # units without tokens left gaps: renumber the runs compactly
+        u = np.concatenate((ua, ub + (1 << 30)))
+        runs = np.cumsum(np.r_[0, u[1:] != u[:-1]])
+        units[1 : la + 1], units[la + 2 : -1] = runs[:la], runs[la:]
     else:
-        units = np.empty(la + lb + 3, dtype=np.int16)
         units[1 : la + 1] = ua - ua[0]
         units[la + 2 : -1] = ub - shift_b
     units[0] = units[la + 1] = units[-1] = -1
@@ -366,72 +263,8 @@ def build_instance(doc: _Doc, a0: int, a1: int, other: _Doc, b0: int, b1: int) -
 
 
 # ---------------------------------------------------------------------------------------------
-# Writing shards
+# Writing shards (the columns themselves: corpus_tools/shard_format.py)
 # ---------------------------------------------------------------------------------------------
-
-
-class _Column:
-    """One .npy file written in appends: raw values go to a hidden .partial file; close() writes the
-    header + data to a temp file, fsyncs and renames it into place (readers never see a partial
-    .npy), returning its sha256."""
-
-    def __init__(self, path: Path, dtype):
-        self.path, self.dtype, self.n = path, np.dtype(dtype), 0
-        self.raw_path = path.with_name(f".{path.name}.partial")
-        self.raw = open(self.raw_path, "wb")
-
-    def append(self, values) -> None:
-        a = np.ascontiguousarray(values, dtype=self.dtype)
-        self.raw.write(a.tobytes())
-        self.n += a.size
-
-    def close(self) -> str:
-        self.raw.close()
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        header = io.BytesIO()
-        np.lib.format.write_array_header_1_0(
-            header, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (self.n,)}
-        )
-        h = hashlib.sha256(header.getvalue())
-        with open(tmp, "wb") as out, open(self.raw_path, "rb") as src:
-            out.write(header.getvalue())
-            while block := src.read(1 << 20):
-                h.update(block)
-                out.write(block)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, self.path)
-        self.raw_path.unlink()
-        return h.hexdigest()
-
-
-class _ShardWriter:
-    """The columns of one shard; instances are appended a batch at a time."""
-
-    def __init__(self, folder: Path, name: str, masking: str, units: bool):
-        cols = {"tokens": np.int32, "offsets": np.int64, "b_start": np.int16, "nsp": np.int8}
-        if masking == "static":
-            cols["labels"] = np.int32
-        elif units:
-            cols["units"] = np.int16
-        self.name = name
-        self.cols = {c: _Column(folder / f"{name}.{c}.npy", t) for c, t in cols.items()}
-        self.cols["offsets"].append([0])
-        self.instances = self.tokens = 0
-
-    def append(self, batch: dict[str, list]) -> None:
-        lengths = np.fromiter((len(x) for x in batch["tokens"]), np.int64, len(batch["tokens"]))
-        self.cols["offsets"].append(self.tokens + np.cumsum(lengths))
-        self.instances += len(lengths)
-        self.tokens += int(lengths.sum())
-        for c, values in batch.items():
-            if c in self.cols:
-                self.cols[c].append(np.concatenate(values) if c in ("tokens", "labels", "units") else values)
-
-    def close(self) -> dict:
-        files = {f"{self.name}.{c}.npy": col.close() for c, col in self.cols.items()}
-        return {"name": self.name, "instances": self.instances, "tokens": self.tokens, "files": files}
 
 
 def _is_valid(seed: int, index: int, fraction: float) -> bool:
@@ -460,8 +293,8 @@ class _Chunk:
     """The documents of one shard (its train and valid halves): takes encoded batches, writes
     instances, counts everything; close() -> the record progress.json and the manifest keep."""
 
-    def __init__(self, index: int, folder: Path, cfg: ShardsConfig, mcfg: MaskConfig):
-        self.index, self.folder, self.cfg, self.mcfg = index, folder, cfg, mcfg
+    def __init__(self, index: int, folder: Path, cfg: ShardsConfig, mcfg: MaskConfig, columns: dict[str, str]):
+        self.index, self.folder, self.cfg, self.mcfg, self.columns = index, folder, cfg, mcfg, columns
         self.pools = {s: deque() for s in SPLITS}
         self.pool_tokens = {s: 0 for s in SPLITS}
         self.writers: dict[str, _ShardWriter] = {}
@@ -482,6 +315,7 @@ class _Chunk:
         static = cfg.masking == "static"
         copies = cfg.dupe_factor if static else 1
         max_tokens, split_single = cfg.max_seq_len - 3, cfg.single_sentence == "split"
+        dtypes = self.columns["tokens"], self.columns.get("units", "int16")  # static: units only steer the masks
         out = {s: {"tokens": [], "units": [], "labels": [], "b_start": [], "nsp": []} for s in SPLITS}
         seen = {s: ([], [], []) for s in SPLITS}  # masked inputs, labels, special masks: for the statistics
         for (g, where, split, _), enc in zip(batch, encs):
@@ -499,7 +333,7 @@ class _Chunk:
             measure = static or g % DYNAMIC_STATS_EVERY == 0
             for _ in range(copies):
                 for a0, a1, other, b0, b1, nsp in document_pairs(doc, pool, rng, max_tokens, cfg.short_seq_prob, counts, split_single):
-                    ids, units = build_instance(doc, a0, a1, other, b0, b1)
+                    ids, units = build_instance(doc, a0, a1, other, b0, b1, *dtypes)
                     if measure:  # static: the masks written; dynamic: one draw, for the statistics only
                         special = np.zeros(len(ids), dtype=bool)
                         special[[0, a1 - a0 + 1, -1]] = True
@@ -526,7 +360,7 @@ class _Chunk:
                 counts.update(mask_stats(*(np.concatenate(x) for x in seen[split]), mcfg.mask_id))
             if split not in self.writers:
                 name = f"{split}-{self.index:05d}"
-                self.writers[split] = _ShardWriter(self.folder, name, cfg.masking, cfg.mask_unit != "token")
+                self.writers[split] = _ShardWriter(self.folder, name, self.columns)
             self.writers[split].append(cols)
 
     def close(self) -> dict:
@@ -538,90 +372,6 @@ class _Chunk:
             "splits": {s: dict(c) for s, c in self.counts.items()},
             "shards": shards,
         }
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading shards
-# ---------------------------------------------------------------------------------------------
-
-
-class ShardReader:
-    """Random access to the instances of one split; each column is memory-mapped, never loaded.
-
-    reader[i] -> {"input_ids": int32 [n], "token_type_ids": int8 [n], "next_sentence_label": int,
-                  "labels": int32 [n] (static shards) or "unit_ids": int16 [n] (dynamic, by unit)}
-    """
-
-    def __init__(self, folder: Path, manifest: dict, split: str):
-        self.folder, self.manifest, self.split = folder, manifest, split
-        self.shards = manifest["shards"][split]
-        self.masking = manifest["config"]["masking"]
-        self.mask_config = MaskConfig(**manifest["mask_config"])
-        self.ends = np.cumsum([s["instances"] for s in self.shards], dtype=np.int64)  # [shards]
-        self._open: dict[int, dict] = {}
-
-    def __len__(self) -> int:
-        return int(self.ends[-1]) if len(self.ends) else 0
-
-    def _columns(self, k: int) -> dict:
-        if k not in self._open:
-            path = self.shards[k]["path"]
-            cols = {}
-            for name in self.shards[k]["files"]:
-                col = name.split(".")[-2]
-                cols[col] = np.load(self.folder / f"{path}.{col}.npy", mmap_mode="r", allow_pickle=False)
-            self._open[k] = cols
-        return self._open[k]
-
-    def __getitem__(self, i: int) -> dict:
-        if not -len(self) <= i < len(self):
-            raise IndexError(f"instance {i} out of range ({len(self)} {self.split} instances)")
-        i %= len(self)
-        k = int(np.searchsorted(self.ends, i, side="right"))
-        j = i - (int(self.ends[k - 1]) if k else 0)
-        cols = self._columns(k)
-        a, b = int(cols["offsets"][j]), int(cols["offsets"][j + 1])
-        ids = np.asarray(cols["tokens"][a:b])
-        tt = np.zeros(b - a, dtype=np.int8)
-        tt[int(cols["b_start"][j]) :] = 1
-        item = {"input_ids": ids, "token_type_ids": tt, "next_sentence_label": int(cols["nsp"][j])}
-        if "labels" in cols:
-            item["labels"] = np.asarray(cols["labels"][a:b])
-        if "units" in cols:
-            item["unit_ids"] = np.asarray(cols["units"][a:b])
-        return item
-
-    def masked(self, i: int, rng: np.random.Generator) -> dict:
-        """Instance i with input_ids/labels ready for the MLM loss: stored masks (static) or a fresh
-        draw of `mask_tokens` (dynamic: call every epoch with a new rng)."""
-        item = self[i]
-        if "labels" not in item:
-            ids = item["input_ids"]
-            item["input_ids"], item["labels"] = mask_tokens(ids, special_mask_of(ids), item.get("unit_ids"), rng, self.mask_config)
-        return item
-
-
-def open_shards(folder: str | os.PathLike, tokenizer_hash: str | None = None, split: str = "train", verify: bool = True) -> ShardReader:
-    """Open a finished shards folder. Refuses shards made with another tokenizer (when
-    `tokenizer_hash` is given) and, with `verify`, any file whose sha256 differs from the manifest."""
-    folder = Path(folder)
-    m = read_manifest(folder, "shards")
-    if m.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{folder}: shards format {m.get('format_version')}, this korbert reads {FORMAT_VERSION}")
-    if tokenizer_hash is not None and m["tokenizer_hash"] != tokenizer_hash:
-        raise ValueError(
-            f"{folder}: shards were made with tokenizer {m['tokenizer_hash'][:12]}, not {tokenizer_hash[:12]}; "
-            "rebuild them with this tokenizer (korbert shards --tokenizer ...)"
-        )
-    if split not in m["shards"]:
-        raise ValueError(f"{folder}: no split {split!r} (have {', '.join(m['shards'])})")
-    if verify:
-        for s in m["shards"][split]:
-            for name, digest in s["files"].items():
-                path = folder / Path(s["path"]).parent / name
-                if sha256_file(path) != digest:
-                    raise ValueError(f"{path}: sha256 differs from manifest.json (corrupt or edited)")
-    return ShardReader(folder, m, split)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -734,11 +484,11 @@ def _existing(folder: Path, key: str, force: bool) -> tuple[dict | None, dict]:
         old = read_manifest(folder, "shards")
         if old.get("key") == key:
             return old, progress
-        raise InputError(f"{folder} holds shards made with other options or inputs; pass --force to replace them, or choose another --out")
+        raise InputError(f"{folder} holds shards made with other options, inputs or shard format; pass --force to replace them, or choose another --out")
     if (folder / PROGRESS).is_file():
         old = json.loads((folder / PROGRESS).read_text(encoding="utf-8"))
         if old.get("key") != key:
-            raise InputError(f"{folder} holds an unfinished run with other options or inputs; pass --force to replace it, or choose another --out")
+            raise InputError(f"{folder} holds an unfinished run with other options, inputs or shard format; pass --force to replace it, or choose another --out")
         for k, rec in old["chunks"].items():  # keep a recorded shard only if its files are intact
             files = [(folder / n, d) for sh in rec["shards"].values() for n, d in sh["files"].items()]
             if all(p.is_file() and sha256_file(p) == d for p, d in files):
@@ -757,6 +507,7 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
     t0 = time.time()
     tok, tm = _load_tokenizer(cfg.tokenizer)
     mcfg = MaskConfig.from_tokenizer(tok, cfg.mask_prob)
+    columns = shard_columns(len(tok), cfg.max_seq_len, cfg.masking, cfg.mask_unit != "token")
     files = expand_inputs(cfg.inputs)
     inputs = [file_record(f) for f in files]
     root = Path(cfg.out)
@@ -767,14 +518,14 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
     if cfg.masking == "dynamic":
         config["dupe_factor"] = 1
     ident = {k: v for k, v in config.items() if k != "batch_docs"}
-    key = hashlib.sha256(json.dumps([ident, tm["tokenizer_hash"], inputs], sort_keys=True).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([ident, tm["tokenizer_hash"], inputs, FORMAT_VERSION], sort_keys=True).encode()).hexdigest()
 
     try:
         finished, progress = _existing(folder, key, cfg.force)
     except InputError:
         if not cfg.replace:
             raise
-        print(f"{folder}: holds shards made with other options or inputs; rebuilding", file=sys.stderr)
+        print(f"{folder}: holds shards made with other options, inputs or shard format; rebuilding", file=sys.stderr)
         finished, progress = _existing(folder, key, True)
     if finished is not None:
         print(f"{folder}: shards up to date ({finished['counts']['train']['instances']} training instances); --force rebuilds them")
@@ -829,7 +580,7 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
             finish()
             current = k
             if str(k) not in progress["chunks"]:
-                chunk = _Chunk(k, folder, cfg, mcfg)
+                chunk = _Chunk(k, folder, cfg, mcfg, columns)
         if chunk is None:  # a finished shard: its documents were counted when it was built
             continue
         chunk.docs["documents_in"] += 1
@@ -866,7 +617,7 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
     manifest = write_manifest(
         folder, "shards", FORMAT_VERSION, files=names + tok_files,
         key=key, config=config, inputs=inputs, tokenizer_hash=tm["tokenizer_hash"], tokenizer_path=str(cfg.tokenizer),
-        mask_config=vars(mcfg), counts=counts, shards=shards,
+        mask_config=vars(mcfg), dtypes=columns, counts=counts, shards=shards,
         run={"shards_built": built, "shards_reused": len(chunks) - built, "seconds": round(time.time() - t0, 1)},
     )
     (folder / PROGRESS).unlink(missing_ok=True)
@@ -916,15 +667,6 @@ def show(folder: str | os.PathLike, n: int, split: str = "train") -> None:
         print(f"  targets: {' '.join(targets)}")
 
 
-def _tokenizer_dir(folder: Path) -> Path:
-    if (folder / TOKENIZER_DIR).is_dir():
-        return folder / TOKENIZER_DIR
-    parts = sorted(folder.glob(f"part-*/{TOKENIZER_DIR}"))
-    if not parts:
-        raise FileNotFoundError(f"{folder}: no tokenizer copy")
-    return parts[0]
-
-
 # ---------------------------------------------------------------------------------------------
 # Parts: build pieces on several machines, then one manifest over all
 # ---------------------------------------------------------------------------------------------
@@ -948,6 +690,8 @@ def merge(out: str | os.PathLike, show_n: int = 0) -> dict:
     if got != list(range(want)):
         raise InputError(f"{root}: parts {got} present, need all of 0..{want - 1}")
     for d, m in zip(part_dirs, ms):
+        if m["format_version"] != FORMAT_VERSION:  # the merged manifest speaks for every part's files
+            raise InputError(f"{d}: shards format {m['format_version']}, not {FORMAT_VERSION}; rebuild the part (korbert shards --force ...)")
         same = {k: v for k, v in m["config"].items() if k != "part"} == {k: v for k, v in first["config"].items() if k != "part"}
         if not same or m["tokenizer_hash"] != first["tokenizer_hash"] or m["inputs"] != first["inputs"]:
             raise InputError(f"{d}: made with other options, inputs or tokenizer than {part_dirs[0]}")
@@ -960,7 +704,7 @@ def merge(out: str | os.PathLike, show_n: int = 0) -> dict:
         root, "shards", FORMAT_VERSION, files=names + tok_files,
         key=hashlib.sha256(json.dumps([m["key"] for m in ms]).encode()).hexdigest(), config=config,
         inputs=first["inputs"], tokenizer_hash=first["tokenizer_hash"], tokenizer_path=first["tokenizer_path"],
-        mask_config=first["mask_config"], counts=counts, shards=shards, parts=[d.name for d in part_dirs],
+        mask_config=first["mask_config"], dtypes=first["dtypes"], counts=counts, shards=shards, parts=[d.name for d in part_dirs],
     )
     report(root, manifest, 0.0)
     show(root, show_n)

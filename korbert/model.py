@@ -50,51 +50,60 @@ def bert_config(size: str, vocab_size: int, max_seq_len: int = 128, overrides: d
 @dataclasses.dataclass
 class PretrainingOutput:
     loss: torch.Tensor  # the loss to backpropagate: (mlm_sum / mlm_norm) + (nsp_sum / nsp_norm)
-    mlm_loss_sum: torch.Tensor  # summed over the masked positions (fp32 scalar)
-    mlm_correct: torch.Tensor  # masked positions predicted right
-    mlm_count: torch.Tensor  # masked positions
+    mlm_loss_sum: torch.Tensor  # summed over the predicted positions (fp32 scalar)
+    mlm_correct: torch.Tensor  # predicted positions predicted right
+    mlm_count: torch.Tensor  # predicted positions
     nsp_loss_sum: torch.Tensor
     nsp_correct: torch.Tensor
     nsp_count: torch.Tensor
 
 
 class KorBertForPreTraining(BertForPreTraining):
-    """BertForPreTraining whose `pretraining_forward` predicts masked positions only.
+    """BertForPreTraining whose `pretraining_forward` predicts the masked positions only.
 
     `forward` is the parent's (dense logits, for inspection and for the equivalence checks);
-    the training loop calls `pretraining_forward` through `__call__` with `sparse=True`."""
+    the training loop calls `pretraining_forward` through `__call__` with `sparse=True` and a batch
+    from `korbert.data.collate`."""
 
-    def forward(self, *args, sparse: bool = False, mlm_norm=None, nsp_norm=None, **kw):
+    def forward(self, *args, sparse: bool = False, **kw):
         if not sparse:
             return super().forward(*args, **kw)
-        return self.pretraining_forward(mlm_norm=mlm_norm, nsp_norm=nsp_norm, **kw)
+        return self.pretraining_forward(**kw)
 
     def pretraining_forward(
         self,
-        input_ids: torch.Tensor,  # (B, T) int64
-        attention_mask: torch.Tensor,  # (B, T) 1 = token, 0 = padding
-        token_type_ids: torch.Tensor,  # (B, T) 0 = segment A, 1 = segment B
-        labels: torch.Tensor,  # (B, T) original id at masked positions, -100 elsewhere
-        next_sentence_label: torch.Tensor,  # (B,) 0 = IsNext, 1 = random B
-        mlm_norm: float | torch.Tensor | None = None,  # divide the summed MLM loss by this (default: masked count)
-        nsp_norm: float | torch.Tensor | None = None,
+        input_ids: torch.Tensor,  # (R, T) int64
+        token_type_ids: torch.Tensor,  # (R, T) 0 = segment A, 1 = segment B
+        position_ids: torch.Tensor,  # (R, T) position within each instance (packed rows restart at 0)
+        segments: torch.Tensor,  # (R, T) 1, 2, ... = instance within the row, 0 = padding
+        mlm_positions: torch.Tensor,  # (M,) flat positions r*T+t to predict
+        mlm_labels: torch.Tensor,  # (M,) their original ids; -100 = a padding entry
+        nsp_positions: torch.Tensor,  # (N,) flat positions of each instance's [CLS]
+        nsp_labels: torch.Tensor,  # (N,) 0 = IsNext, 1 = random B; -100 = a padding entry
+        mlm_norm: torch.Tensor | None = None,  # divide the summed MLM loss by this (default: its count)
+        nsp_norm: torch.Tensor | None = None,
+        packed: bool = True,  # rows may hold several instances (False: one per row, a cheaper mask)
     ) -> PretrainingOutput:
-        out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True)
-        seq, pooled = out.last_hidden_state, out.pooler_output  # (B, T, H), (B, H)
-        flat = labels.view(-1)
-        where = (flat != IGNORE).nonzero().squeeze(1)  # (M,) masked positions of the flattened batch
-        h = seq.reshape(-1, seq.size(-1)).index_select(0, where)  # (M, H)
-        target = flat.index_select(0, where)  # (M,)
-        logits = self.cls.predictions(h).float()  # (M, V): transform + tied decoder + bias
-        mlm_sum = F.cross_entropy(logits, target, reduction="sum")
-        nsp_logits = self.cls.seq_relationship(pooled).float()  # (B, 2)
-        nsp_sum = F.cross_entropy(nsp_logits, next_sentence_label, reduction="sum")
-        m = torch.tensor(float(target.numel()), device=h.device)
-        b = torch.tensor(float(next_sentence_label.numel()), device=h.device)
-        loss = mlm_sum / (m.clamp(min=1) if mlm_norm is None else mlm_norm) + nsp_sum / (b if nsp_norm is None else nsp_norm)
+        if packed:  # each token attends to its own instance (padding to padding: no empty attention row)
+            attend = segments[:, None, :, None] == segments[:, None, None, :]  # (R, 1, T, T) block-diagonal
+        else:  # one instance per row: the key padding mask, broadcast over the queries
+            attend = (segments > 0)[:, None, None, :]  # (R, 1, 1, T)
+        out = self.bert(
+            input_ids, attention_mask=attend, token_type_ids=token_type_ids, position_ids=position_ids, return_dict=True
+        )
+        seq = out.last_hidden_state.reshape(-1, out.last_hidden_state.size(-1))  # (R*T, H)
+        logits = self.cls.predictions(seq.index_select(0, mlm_positions)).float()  # (M, V): transform + tied decoder
+        mlm_sum = F.cross_entropy(logits, mlm_labels, ignore_index=IGNORE, reduction="sum")
+        pooler = self.bert.pooler
+        pooled = pooler.activation(pooler.dense(seq.index_select(0, nsp_positions)))  # BERT's pooler at every [CLS]
+        nsp_logits = self.cls.seq_relationship(pooled).float()  # (N, 2)
+        nsp_sum = F.cross_entropy(nsp_logits, nsp_labels, ignore_index=IGNORE, reduction="sum")
+        m_valid, b_valid = mlm_labels != IGNORE, nsp_labels != IGNORE
+        m, b = m_valid.sum().float(), b_valid.sum().float()
+        loss = mlm_sum / (m.clamp(min=1) if mlm_norm is None else mlm_norm) + nsp_sum / (b.clamp(min=1) if nsp_norm is None else nsp_norm)
         with torch.no_grad():
-            mlm_correct = (logits.argmax(-1) == target).sum()
-            nsp_correct = (nsp_logits.argmax(-1) == next_sentence_label).sum()
+            mlm_correct = ((logits.argmax(-1) == mlm_labels) & m_valid).sum()
+            nsp_correct = ((nsp_logits.argmax(-1) == nsp_labels) & b_valid).sum()
         return PretrainingOutput(loss, mlm_sum.detach(), mlm_correct, m, nsp_sum.detach(), nsp_correct, b)
 
 
@@ -109,6 +118,11 @@ def count_parameters(model: torch.nn.Module, embeddings: bool = True) -> int:
     return n
 
 
-def flops_per_token(cfg: BertConfig, seq_len: float, n_params: int) -> float:
-    """Training FLOPs per token: 6 N (forward + backward matmuls) + 12 L H T (attention scores)."""
-    return 6 * n_params + 12 * cfg.num_hidden_layers * cfg.hidden_size * seq_len
+def step_flops(cfg: BertConfig, tokens: float, attended: float, predicted: float, instances: float) -> float:
+    """Training FLOPs (forward + backward = 3 x forward, 2 per multiply-add) of one step: the
+    encoder's matmuls on every non-padding token, attention scores over each token's own instance
+    (`attended`: the sum over tokens of their instance's length), and the MLM head (transform +
+    the tied decoder, H x V) at the predicted positions only, plus the pooler + NSP at each [CLS]."""
+    h, l, v = cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size
+    layer = 4 * h * h + 2 * h * cfg.intermediate_size  # QKV + output projections, the two FFN matmuls
+    return 6 * (l * layer * tokens + 2 * l * h * attended + (h * h + h * v) * predicted + (h * h + 2 * h) * instances)

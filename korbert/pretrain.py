@@ -1,25 +1,33 @@
 """Pretraining: MLM + NSP on the shards, one loop for 1 CPU, 1 GPU or N GPUs (torchrun), resumable.
 
     korbert pretrain --shards runs/shards --out runs/pretrain --model-size mini --max-steps 2000
-    torchrun --nproc_per_node 8 -m korbert.pretrain --shards ... --model-size base --compile
+    torchrun --nproc_per_node 8 -m korbert.pretrain --shards ... --model-size base --tokens-per-batch 131072 --pack --compile
 
 The out folder holds (written atomically):
-    ckpt.pt        model, optimizer, step, tokens seen, seconds, RNG states: `--resume` (the
-                   default) continues exactly where it stopped; the data position is the step
+    ckpt.pt        model, optimizer, step, tokens seen, seconds, each rank's RNG states: rerunning
+                   the same command (`--resume`, the default) continues exactly where it stopped;
+                   the data position is the step
     log.jsonl      one line per --log-every steps (loss, lr, tokens/s, MFU on GPU) + held-out evals
     config.json    the resolved run config
     final/         config.json + model.safetensors + tokenizer files + manifest.json: a folder
                    plain transformers loads (BertForPreTraining, AutoModelForMaskedLM, fill-mask)
 
-Every global batch (batch_size x grad_accum x world_size instances) is one optimizer step; the
-losses are normalized by the global number of masked tokens / pairs, so 1 process with batch 2b
-and 2 processes with batch b make the same update.
+The shape of `Trainer`: setup (__init__: shards, model, optimizer, data, resume) -> `train()`, a
+loop of `step()` (one optimizer step) and `interval()` (log, held-out eval, checkpoint) -> `export()`.
+
+Every global batch (see korbert/data.py) is one optimizer step; the losses are normalized by the
+global number of predicted tokens / pairs, so 1 process with batch 2b and 2 processes with batch b
+make the same update. The step never waits on the GPU: shapes and counts come from the CPU-side
+collate, the normalizers stay on the device, and ranks agree on one clock (rank 0's training time,
+carried by the step's all-reduce), so progress, learning rate and the stop are the same everywhere.
+Only log steps read values back from the device.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import math
 import os
@@ -37,7 +45,12 @@ from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, read_m
 from corpus_tools.text import InputError
 
 FORMAT_VERSION = 1
-PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "4090": 165e12}
+# bf16 dense peak, FLOP/s, by a substring of torch.cuda.get_device_name(); the first match wins
+PEAK_BF16_FLOPS = [
+    ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12), ("H200", 989e12), ("GH200", 989e12),
+    ("A100", 312e12), ("L40S", 362e12), ("A10", 125e12), ("4090", 165e12),
+]
+MODEL_INPUTS = ("input_ids", "token_type_ids", "position_ids", "segments", "mlm_positions", "mlm_labels", "nsp_positions", "nsp_labels")
 
 
 @dataclass
@@ -48,8 +61,13 @@ class PretrainConfig:
     out: str = C.field("runs/pretrain", "run folder: ckpt.pt, log.jsonl, final/")
     model_size: str = C.field("mini", "size preset (layers/hidden/heads)", choices=["tiny", "mini", "small", "medium", "base", "large"])
     override: list[str] = C.field([], "BertConfig fields to override, as key=value (e.g. num_hidden_layers=6 hidden_dropout_prob=0)")
-    batch_size: int = C.field(32, "instances per device per micro-batch")
-    grad_accum: int = C.field(1, "micro-batches per optimizer step (global batch = batch_size x grad_accum x GPUs)")
+    batch_size: int = C.field(32, "rows per device per micro-batch (global batch = batch_size x grad_accum x GPUs); unused with --tokens-per-batch")
+    tokens_per_batch: int = C.field(
+        0, "instead of --batch-size: a budget of (padded) tokens per optimizer step over all GPUs and micro-batches; "
+        "rows of similar length are taken up to it (0: use --batch-size)",
+    )
+    pack: bool = C.field(False, "pack several instances into each row of max_seq_len tokens (block-diagonal attention, positions restart per instance)")
+    grad_accum: int = C.field(1, "micro-batches per optimizer step")
     lr: float = C.field(5e-4, "peak learning rate (AdamW, betas 0.9/0.98, eps 1e-6)")
     schedule: str = C.field("linear", "decay after warmup", choices=["linear", "cosine"])
     warmup: float = C.field(0.06, "warmup: a fraction of the budget (< 1) or a number of steps (>= 1)")
@@ -64,7 +82,7 @@ class PretrainConfig:
     save_every: int = C.field(500, "checkpoint every N steps (rounded to a multiple of --log-every)")
     seed: int = C.field(0, "seed for initialization, data order, masking and dropout")
     device: str = C.field("auto", "auto (cuda if available), cpu or cuda", choices=["auto", "cpu", "cuda"])
-    compile: bool = C.field(False, "torch.compile the model (GPU: faster after a warm-up of a minute or so)")
+    compile: bool = C.field(False, "torch.compile the model; batch shapes are rounded to a few buckets so it compiles a handful of graphs")
     num_workers: int = C.field(-1, "DataLoader worker processes (-1: 4 per GPU, 1 on CPU)")
     resume: bool = C.field(True, "continue from out/ckpt.pt when it holds this same run")
     force: bool = C.field(False, "discard what `out` holds and start over")
@@ -89,22 +107,26 @@ def _overrides(items: list[str]) -> dict:
     return out
 
 
-def lr_at(progress: float, cfg: PretrainConfig, total_steps_hint: int) -> float:
-    """Peak lr x warmup/decay factor at `progress` in [0, 1] of the budget."""
-    w = cfg.warmup if cfg.warmup < 1 else cfg.warmup / max(total_steps_hint, 1)
-    if progress < w:
-        return cfg.lr * progress / w
-    p = min(1.0, (progress - w) / max(1e-9, 1 - w))
+def lr_at(step: int, progress: float, cfg: PretrainConfig, steps_hint: int | None) -> float:
+    """Peak lr x warmup/decay factor before optimizer step `step` at `progress` in [0, 1] of the budget.
+
+    Warmup in steps (--warmup >= 1) counts steps, whatever the budget; the decay then runs from
+    where warmup ends (as a share of the budget, when the budget says how many steps it holds) to 0."""
+    if cfg.warmup >= 1:
+        warm = step / cfg.warmup
+        w = min(cfg.warmup / steps_hint, 0.5) if steps_hint else 0.0
+    else:
+        warm = progress / cfg.warmup if cfg.warmup > 0 else 1.0
+        w = cfg.warmup
+    if warm < 1:
+        return cfg.lr * warm
+    p = min(1.0, max(0.0, (progress - w) / max(1e-9, 1 - w)))
     return cfg.lr * ((1 - p) if cfg.schedule == "linear" else 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def _peak_flops(device) -> float | None:
-    import torch
-
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+def peak_flops(device_name: str) -> float | None:
+    """bf16 dense peak of a CUDA device by its name (None: unknown)."""
+    return next((v for k, v in PEAK_BF16_FLOPS if k in device_name), None)
 
 
 class _Dist:
@@ -134,11 +156,26 @@ class _Dist:
             dist.all_reduce(t)
         return t
 
+    def gather(self, obj) -> list:
+        if self.world == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
     def barrier(self):
         if self.world > 1:
             import torch.distributed as dist
 
             dist.barrier()
+
+    def close(self):
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
 
 
 def _run_key(cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int) -> str:
@@ -146,17 +183,24 @@ def _run_key(cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: i
     return hashlib.sha256(json.dumps([ident, shards_key, tokenizer_hash, world], sort_keys=True).encode()).hexdigest()
 
 
-def _save_checkpoint(path: Path, model, opt, state: dict) -> None:
-    import io
-
+def _rng_state(device) -> dict:
+    """This process's random states (each rank has its own: dropout streams differ per rank)."""
     import torch
 
-    buf = io.BytesIO()
-    rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "state": state, "rng": rng}, buf)
-    atomic_write_bytes(path, buf.getvalue())
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: dict, device) -> None:
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 def _truncate_log(path: Path, step: int) -> None:
@@ -174,27 +218,26 @@ def _oom_guard(cfg: PretrainConfig):
     try:
         yield
     except torch.OutOfMemoryError:
+        batch = f"--tokens-per-batch {cfg.tokens_per_batch}" if cfg.tokens_per_batch else f"--batch-size {cfg.batch_size}"
         raise InputError(
-            f"out of GPU memory with --batch-size {cfg.batch_size} and --model-size {cfg.model_size}: lower --batch-size "
-            f"(and raise --grad-accum to keep the global batch), pick a smaller --model-size, or build shards with a "
-            f"smaller --max-seq-len"
+            f"out of GPU memory with {batch}, --grad-accum {cfg.grad_accum} and --model-size {cfg.model_size}: raise "
+            f"--grad-accum (same global batch, smaller micro-batches), lower the batch, or pick a smaller --model-size"
         ) from None
 
 
 def evaluate(model, batches: list[dict], device, autocast) -> dict:
-    """Held-out MLM loss (per masked token), MLM accuracy and NSP accuracy over fixed batches."""
+    """Held-out MLM loss (per predicted token), MLM accuracy and NSP accuracy over fixed batches."""
     import torch
 
     if not batches:
         return {}
     was_training = model.training
     model.eval()
-    tot = torch.zeros(6, dtype=torch.float64)
+    tot = torch.zeros(6, dtype=torch.float64, device=device)
     with torch.no_grad(), autocast():
         for b in batches:
-            b = {k: v.to(device, non_blocking=True) for k, v in b.items()}
-            o = model(**b, sparse=True)
-            tot += torch.stack([o.mlm_loss_sum, o.mlm_correct, o.mlm_count, o.nsp_loss_sum, o.nsp_correct, o.nsp_count]).double().cpu()
+            o = model(**{k: b[k].to(device, non_blocking=True) for k in MODEL_INPUTS}, packed=b["packed"], sparse=True)
+            tot += torch.stack([o.mlm_loss_sum, o.mlm_correct, o.mlm_count, o.nsp_loss_sum, o.nsp_correct, o.nsp_count]).double()
     model.train(was_training)
     ml, mc, mn, nl, nc, nn_ = tot.tolist()
     return {"mlm_loss": ml / max(mn, 1), "mlm_acc": mc / max(mn, 1), "nsp_loss": nl / max(nn_, 1), "nsp_acc": nc / max(nn_, 1), "instances": int(nn_)}
@@ -222,283 +265,430 @@ def export(model, tok, folder: Path, manifest_fields: dict) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def compiled_graphs() -> int:
+    """Graphs torch.compile has compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 # ---------------------------------------------------------------------------------------------
 # the stage
 # ---------------------------------------------------------------------------------------------
 
 
-def main(cfg: PretrainConfig) -> dict:
-    import torch
-    from tqdm import tqdm
+class Trainer:
+    """One pretraining run: setup here, then `train()` (`step()` + `interval()`), then `export()`."""
 
-    from corpus_tools.shards import _tokenizer_dir, open_shards
-    from korbert.data import BatchPlan, PretrainingDataset, StepSampler, eval_batches, instance_lengths
-    from korbert.model import KorBertForPreTraining, bert_config, count_parameters, flops_per_token
-    from korbert.tokenizer import KorBertTokenizer
+    def __init__(self, cfg: PretrainConfig):
+        import torch
 
-    if cfg.max_steps <= 0 and cfg.max_tokens <= 0 and cfg.max_minutes <= 0:
-        raise InputError("no budget: set --max-steps, --max-tokens or --max-minutes")
-    if cfg.batch_size < 1 or cfg.grad_accum < 1:
-        raise InputError("--batch-size and --grad-accum must be >= 1")
-    dist = _Dist(cfg.device)
-    dev = dist.device
-    out = Path(cfg.out)
-    final = out / "final"
-    ckpt_path, log_path = out / "ckpt.pt", out / "log.jsonl"
+        from corpus_tools.shard_format import _tokenizer_dir, open_shards
+        from korbert.model import count_parameters
+        from korbert.tokenizer import KorBertTokenizer
 
-    # -- the shards and their tokenizer
-    try:
-        sm = read_manifest(cfg.shards, "shards")
-    except (FileNotFoundError, ValueError) as e:
-        raise InputError(f"--shards {cfg.shards}: {e}") from None
-    tok = KorBertTokenizer.from_pretrained(_tokenizer_dir(Path(cfg.shards)))
-    if tok.fingerprint != sm["tokenizer_hash"]:
-        raise InputError(f"--shards {cfg.shards}: its tokenizer copy has hash {tok.fingerprint[:12]}, the manifest says {sm['tokenizer_hash'][:12]}")
-    key = _run_key(cfg, sm["key"], sm["tokenizer_hash"], dist.world)
-    if final.exists() and not cfg.force:
+        if cfg.max_steps <= 0 and cfg.max_tokens <= 0 and cfg.max_minutes <= 0:
+            raise InputError("no budget: set --max-steps, --max-tokens or --max-minutes")
+        if cfg.batch_size < 1 or cfg.grad_accum < 1 or cfg.tokens_per_batch < 0:
+            raise InputError("--batch-size and --grad-accum must be >= 1, --tokens-per-batch >= 0")
+        self.cfg = cfg
+        self.dist = dist = _Dist(cfg.device)
+        self.dev = dev = dist.device
+        self.cuda = dev.type == "cuda"
+        self.out = out = Path(cfg.out)
+        self.final, self.ckpt_path, self.log_path = out / "final", out / "ckpt.pt", out / "log.jsonl"
+        self.done_before: dict | None = None  # the final/ manifest when this run is already finished
+
+        # -- the shards and their tokenizer
         try:
-            fm = read_manifest(final, "model")
-            if fm.get("run_key") == key:
-                if dist.main:
-                    print(f"{final}: up to date (step {fm['step']}, {fm['tokens']} tokens); --force retrains")
-                return fm
-        except (FileNotFoundError, ValueError):
-            pass
-    train = open_shards(cfg.shards, sm["tokenizer_hash"], "train", verify=dist.main)
-    valid = open_shards(cfg.shards, sm["tokenizer_hash"], "valid", verify=False)
+            sm = read_manifest(cfg.shards, "shards")
+        except (FileNotFoundError, ValueError) as e:
+            raise InputError(f"--shards {cfg.shards}: {e}") from None
+        self.shards_manifest = sm
+        self.tok = tok = KorBertTokenizer.from_pretrained(_tokenizer_dir(Path(cfg.shards)))
+        if tok.fingerprint != sm["tokenizer_hash"]:
+            raise InputError(f"--shards {cfg.shards}: its tokenizer copy has hash {tok.fingerprint[:12]}, the manifest says {sm['tokenizer_hash'][:12]}")
+        self.key = key = _run_key(cfg, sm["key"], sm["tokenizer_hash"], dist.world)
+        if self.final.exists() and not cfg.force:
+            try:
+                fm = read_manifest(self.final, "model")
+                if fm.get("run_key") == key:
+                    self.done_before = fm
+                    return
+            except (FileNotFoundError, ValueError):
+                pass
+        try:
+            train = open_shards(cfg.shards, sm["tokenizer_hash"], "train", verify=dist.main)
+            valid = open_shards(cfg.shards, sm["tokenizer_hash"], "valid", verify=False)
+        except ValueError as e:
+            raise InputError(f"--shards {cfg.shards}: {e}") from None
 
-    # -- resume or start
-    state = None
-    force = cfg.force
-    if ckpt_path.exists() and not force:
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        foreign = state["state"]["run_key"] != key
-        if foreign and cfg.replace:
+        # -- resume or start
+        state = self._load_checkpoint()
+        self.mcfg = mcfg = self._model_config(state, len(tok), sm["config"]["max_seq_len"])
+        self._build_model(state)
+
+        # -- data
+        self._build_data(train, valid, state["state"]["step"] if state else 0)
+        self.step_no = state["state"]["step"] if state else 0
+        self.tokens = state["state"]["tokens"] if state else 0
+        self.seconds = state["state"]["seconds"] if state else 0.0  # agreed training time (rank 0's)
+        if state is not None:
+            _set_rng_state(state["rng"][dist.rank], dev)
             if dist.main:
-                print(f"{ckpt_path}: a run with other settings; starting over")
-            state, force = None, True
-        elif not cfg.resume:
-            raise InputError(f"{ckpt_path} exists: pass --resume to continue it or --force to start over")
-        elif foreign:
-            raise InputError(f"{ckpt_path} belongs to another run (other shards or settings); pass --force to start over")
-    if force and dist.main:
-        for p in (ckpt_path, log_path, out / "config.json"):
-            p.unlink(missing_ok=True)
-        shutil.rmtree(final, ignore_errors=True)
-    dist.barrier()
-
-    if state is None:
-        mcfg = bert_config(cfg.model_size, len(tok), sm["config"]["max_seq_len"], _overrides(cfg.override))
-    else:
-        from transformers import BertConfig
-
-        mcfg = BertConfig.from_dict(state["state"]["model_config"])
-        mcfg._attn_implementation = "sdpa"
-    if mcfg.vocab_size != len(tok):
-        raise InputError(f"model vocab_size {mcfg.vocab_size} != tokenizer size {len(tok)}")
-    torch.manual_seed(cfg.seed)
-    model = KorBertForPreTraining(mcfg)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "LayerNorm" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "LayerNorm" not in n)]
-    cuda = dev.type == "cuda"
-    model.to(dev)
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6, fused=cuda or None,
-    )
-    step, tokens, seconds = 0, 0, 0.0
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        step, tokens, seconds = state["state"]["step"], state["state"]["tokens"], state["state"]["seconds"]
-        torch.set_rng_state(state["rng"]["torch"])
-        if cuda and "cuda" in state["rng"]:
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
-        if dist.main:
-            _truncate_log(log_path, step)
-            print(f"resuming {ckpt_path} at step {step} ({tokens} tokens)")
-    else:
-        if dist.main:  # a fresh start: lines a killed run wrote before its first checkpoint are not ours
-            log_path.unlink(missing_ok=True)
-        torch.manual_seed(cfg.seed + 1 + dist.rank)  # dropout stream (per rank)
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    wrapped = model
-    if dist.world > 1:
-        wrapped = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if cuda else None)
-    if cfg.compile:
-        wrapped = torch.compile(wrapped)
-
-    def autocast():
-        return torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
-
-    # -- data
-    global_batch = cfg.batch_size * cfg.grad_accum * dist.world
-    try:
-        plan = BatchPlan(instance_lengths(train), global_batch, cfg.seed)
-    except ValueError as e:
-        raise InputError(f"--shards {cfg.shards}: {e}") from None
-    stop_hint = cfg.max_steps if cfg.max_steps > 0 else (10 ** 9)
-    workers = cfg.num_workers if cfg.num_workers >= 0 else (4 if cuda else 1)
-    dataset = PretrainingDataset(train, cfg.seed, pad_multiple=8 if cuda else 1)
-    loader = torch.utils.data.DataLoader(
-        dataset, sampler=StepSampler(plan, step, stop_hint, dist.world, dist.rank, cfg.grad_accum), batch_size=None,
-        num_workers=workers, pin_memory=cuda, persistent_workers=False, prefetch_factor=4 if workers else None,
-        generator=torch.Generator(),  # keeps the loader from drawing on the global RNG (exact resume)
-    )
-    held_out = eval_batches(valid, cfg.eval_instances, max(cfg.batch_size, 64), cfg.seed) if dist.main else []
-
-    n_params = count_parameters(model)
-    n_nonemb = count_parameters(model, embeddings=False)
-    peak = _peak_flops(dev)
-    total_steps_hint = cfg.max_steps if cfg.max_steps > 0 else max(1, cfg.max_tokens // max(1, global_batch * int(plan.lengths.mean())))
-    save_every = max(cfg.log_every, cfg.save_every // cfg.log_every * cfg.log_every)
-    run_cfg = {**C.to_dict(cfg), "world_size": dist.world, "global_batch": global_batch, "device": str(dev)}
-    if dist.main:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "config.json", {"run": run_cfg, "model": mcfg.to_dict()})
-        print(
-            f"pretrain: BERT-{cfg.model_size} ({n_params / 1e6:.1f}M parameters, L{mcfg.num_hidden_layers}/H{mcfg.hidden_size}/"
-            f"A{mcfg.num_attention_heads}, vocab {mcfg.vocab_size}) on {dev}{f' x {dist.world}' if dist.world > 1 else ''}; "
-            f"{len(train)} training instances, global batch {global_batch}, {plan.per_epoch} steps per epoch"
+                _truncate_log(self.log_path, self.step_no)
+                print(f"resuming {self.ckpt_path} at step {self.step_no} ({self.tokens} tokens)")
+        else:
+            if dist.main:  # a fresh start: lines a killed run wrote before its first checkpoint are not ours
+                self.log_path.unlink(missing_ok=True)
+            torch.manual_seed(cfg.seed + 1 + dist.rank)  # dropout stream (per rank)
+        self.steps_hint = cfg.max_steps if cfg.max_steps > 0 else (
+            max(1, cfg.max_tokens // max(1, self.plan.token_stats(0)[0])) if cfg.max_tokens > 0 else None
         )
-    tb = None
-    if dist.main:
+        self.save_every = max(cfg.log_every, cfg.save_every // cfg.log_every * cfg.log_every)
+        self.run_cfg = {**C.to_dict(cfg), "world_size": dist.world, "global_batch": self.global_batch, "device": str(dev)}
+        self.n_params = count = count_parameters(self.model)
+        self.peak = peak_flops(torch.cuda.get_device_name(dev)) if self.cuda else None
+        if dist.main:
+            out.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(out / "config.json", {"run": self.run_cfg, "model": mcfg.to_dict()})
+            print(
+                f"pretrain: BERT-{cfg.model_size} ({count / 1e6:.1f}M parameters, L{mcfg.num_hidden_layers}/H{mcfg.hidden_size}/"
+                f"A{mcfg.num_attention_heads}, vocab {mcfg.vocab_size}) on {dev}{f' x {dist.world}' if dist.world > 1 else ''}; "
+                f"{len(train)} training instances, global batch {self.global_batch}{' (packed rows)' if cfg.pack else ''}"
+                f"{', compiled' if cfg.compile else ''}"
+            )
+        self.tb = None
+        if dist.main:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(out / "tb"))
+            except Exception:  # tensorboard not installed: log.jsonl and stdout only
+                self.tb = None
+
+    # -- setup pieces
+    def _load_checkpoint(self) -> dict | None:
+        import torch
+
+        cfg, dist = self.cfg, self.dist
+        state, force = None, cfg.force
+        if self.ckpt_path.exists() and not force:
+            state = torch.load(self.ckpt_path, map_location="cpu", weights_only=False)
+            written_by = state["state"].get("world", 1)
+            foreign = state["state"]["run_key"] != self.key
+            if foreign and cfg.replace:
+                if dist.main:
+                    print(f"{self.ckpt_path}: a run with other settings; starting over")
+                state, force = None, True
+            elif not cfg.resume:
+                raise InputError(f"{self.ckpt_path} exists: pass --resume to continue it or --force to start over")
+            elif written_by != dist.world:
+                raise InputError(
+                    f"{self.ckpt_path} was written by {written_by} process(es) and this run has {dist.world}: resume it with "
+                    f"the same number (torchrun --nproc_per_node {written_by}), since each rank's data and dropout stream "
+                    f"continue from where they stopped; or pass --force to start over"
+                )
+            elif foreign:
+                raise InputError(f"{self.ckpt_path} belongs to another run (other shards or settings); pass --force to start over")
+        if force and dist.main:
+            for p in (self.ckpt_path, self.log_path, self.out / "config.json"):
+                p.unlink(missing_ok=True)
+            shutil.rmtree(self.final, ignore_errors=True)
+        dist.barrier()
+        if state is not None and isinstance(state["rng"], dict):  # written before per-rank RNG states
+            state["rng"] = [state["rng"]]
+        return state
+
+    def _model_config(self, state: dict | None, vocab: int, max_seq_len: int):
+        from korbert.model import bert_config
+
+        if state is None:
+            try:
+                mcfg = bert_config(self.cfg.model_size, vocab, max_seq_len, _overrides(self.cfg.override))
+            except ValueError as e:
+                raise InputError(str(e)) from None
+        else:
+            from transformers import BertConfig
+
+            mcfg = BertConfig.from_dict(state["state"]["model_config"])
+            mcfg._attn_implementation = "sdpa"
+        if mcfg.vocab_size != vocab:
+            raise InputError(f"model vocab_size {mcfg.vocab_size} != tokenizer size {vocab}")
+        return mcfg
+
+    def _build_model(self, state: dict | None) -> None:
+        import torch
+
+        from korbert.model import KorBertForPreTraining
+
+        cfg, dev = self.cfg, self.dev
+        torch.manual_seed(cfg.seed)
+        model = KorBertForPreTraining(self.mcfg)
+        decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "LayerNorm" not in n]
+        no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "LayerNorm" not in n)]
+        model.to(dev)
+        opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6, fused=self.cuda or None,
+        )
+        if state is not None:
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+        if self.cuda:
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        wrapped = model
+        if self.dist.world > 1:
+            wrapped = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if self.cuda else None)
+        if cfg.compile:
+            import torch._dynamo
+
+            # rows x length come in a few buckets (korbert.data) and the index lists are marked dynamic
+            torch._dynamo.config.recompile_limit = max(32, torch._dynamo.config.recompile_limit)
+            wrapped = torch.compile(wrapped)
+        self.model, self.wrapped, self.opt = model, wrapped, opt
+
+    def _build_data(self, train, valid, start: int) -> None:
+        import torch
+
+        from korbert.data import BatchPlan, PretrainingDataset, StepSampler, eval_batches, instance_lengths
+
+        cfg, dist = self.cfg, self.dist
+        parts = dist.world * cfg.grad_accum
+        max_len = self.shards_manifest["config"]["max_seq_len"]
+        budget = {"tokens_per_step": cfg.tokens_per_batch} if cfg.tokens_per_batch else {"rows_per_step": cfg.batch_size * parts}
+        lengths = instance_lengths(train)
+
+        def make_plan() -> BatchPlan:
+            return BatchPlan(lengths, cfg.seed, max_len, pack=cfg.pack, parts=parts, buckets=cfg.compile, **budget)
+
         try:
-            from torch.utils.tensorboard import SummaryWriter
+            plan = make_plan()
+        except ValueError as e:
+            raise InputError(f"--shards {cfg.shards}: {e}") from None
+        self.plan = plan  # the loop's (token counts); the sampler has its own copy: it runs ahead (prefetch)
+        self.global_batch = f"{cfg.tokens_per_batch} tokens" if cfg.tokens_per_batch else f"{cfg.batch_size * parts} rows"
+        workers = cfg.num_workers if cfg.num_workers >= 0 else (4 if self.cuda else 1)
+        self.loader = torch.utils.data.DataLoader(
+            PretrainingDataset(train, cfg.seed, cfg.pack),
+            sampler=StepSampler(make_plan(), start, 10**12, dist.world, dist.rank, cfg.grad_accum), batch_size=None,
+            num_workers=workers, pin_memory=self.cuda, persistent_workers=False, prefetch_factor=4 if workers else None,
+            generator=torch.Generator(),  # keeps the loader from drawing on the global RNG (exact resume)
+        )
+        self.held_out = eval_batches(valid, cfg.eval_instances, max(cfg.batch_size, 64), cfg.seed) if dist.main else []
 
-            tb = SummaryWriter(str(out / "tb"))
-        except Exception:  # tensorboard not installed: log.jsonl and stdout only
-            tb = None
-
-    def progress() -> float:
-        fr = []
+    # -- the loop
+    def progress(self) -> float:
+        cfg, fr = self.cfg, []
         if cfg.max_steps > 0:
-            fr.append(step / cfg.max_steps)
+            fr.append(self.step_no / cfg.max_steps)
         if cfg.max_tokens > 0:
-            fr.append(tokens / cfg.max_tokens)
+            fr.append(self.tokens / cfg.max_tokens)
         if cfg.max_minutes > 0:
-            fr.append(seconds / 60 / cfg.max_minutes)
+            fr.append(self.seconds / 60 / cfg.max_minutes)
         return max(fr)
 
-    def log(rec: dict) -> None:
-        if not dist.main:
-            return
-        with open(log_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec) + "\n")
-        if tb is not None:
-            for k, v in rec.items():
-                if isinstance(v, (int, float)) and k not in ("step",):
-                    tb.add_scalar(k, v, rec["step"])
+    def autocast(self):
+        import torch
 
-    kill_at = int(os.environ.get("KORBERT_TEST_KILL_AT_STEP", "0"))  # tests: SIGKILL ourselves after this step
-    interval = torch.zeros(7, dtype=torch.float64, device=dev)  # mlm sum/correct/count, nsp sum/correct/count, tokens
-    t_interval, steps_interval, padded_interval = time.time(), 0, 0
-    last = {}
-    bar = tqdm(total=cfg.max_steps or None, initial=step, desc="pretrain", unit="step", disable=None if dist.main else True, file=sys.stderr)
-    it = iter(loader)
-    model.train()
-    t_last = time.time()
-    with _oom_guard(cfg):
-        while progress() < 1:
-            micro = [next(it) for _ in range(cfg.grad_accum)]
-            local = torch.tensor(
-                [sum(int((m["labels"] != -100).sum()) for m in micro), sum(len(m["next_sentence_label"]) for m in micro),
-                 sum(int(m["attention_mask"].sum()) for m in micro)], dtype=torch.float64, device=dev,
+        return torch.autocast("cuda", dtype=torch.bfloat16) if self.cuda else contextlib.nullcontext()
+
+    def step(self, micro: list[dict]) -> None:
+        """One optimizer step over this rank's micro-batches, without waiting on the device."""
+        import torch
+
+        dist, dev = self.dist, self.dev
+        predicted, pairs = (sum(mb["counts"][j] for mb in micro) for j in (0, 1))  # Python ints from collate
+        # one all-reduce carries the global counts (the loss normalizers) and rank 0's clock
+        mine = torch.tensor([predicted, pairs, self.clock if dist.main else 0.0], dtype=torch.float64)
+        glob = dist.all_sum(mine.to(dev, non_blocking=True))
+        agreed = None
+        if dist.world > 1 and self.cuda:  # read back after the backward is queued: the GPU stays busy
+            agreed = glob[2].to("cpu", non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+        mlm_norm = (glob[0] / dist.world).clamp(min=1e-9).float()
+        nsp_norm = (glob[1] / dist.world).clamp(min=1e-9).float()
+        for i, mb in enumerate(micro):
+            inputs = {**{k: mb[k].to(dev, non_blocking=True) for k in MODEL_INPUTS}, "packed": mb["packed"]}
+            if self.cfg.compile:  # the number of predicted tokens and of pairs varies: one graph for all
+                for k in ("mlm_positions", "mlm_labels", "nsp_positions", "nsp_labels"):
+                    torch._dynamo.mark_dynamic(inputs[k], 0)
+            self.shapes.add(tuple(inputs["input_ids"].shape))
+            sync = contextlib.nullcontext() if dist.world == 1 or i == len(micro) - 1 else self.wrapped.no_sync()
+            with sync:
+                with self.autocast():
+                    o = self.wrapped(**inputs, sparse=True, mlm_norm=mlm_norm, nsp_norm=nsp_norm)
+                o.loss.backward()
+            self.stats[:6] += torch.stack([o.mlm_loss_sum, o.mlm_correct, o.mlm_count, o.nsp_loss_sum, o.nsp_correct, o.nsp_count]).double()
+            self.padded += inputs["input_ids"].numel()
+        if dist.world == 1:
+            self.seconds = self.clock
+        elif agreed is None:  # gloo: the all-reduce has finished
+            self.seconds = float(glob[2])
+        else:
+            event.synchronize()
+            self.seconds = float(agreed)
+        self.lr = lr_at(self.step_no, self.progress(), self.cfg, self.steps_hint)
+        for g in self.opt.param_groups:
+            g["lr"] = self.lr
+        self.gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_grad) if self.cfg.clip_grad > 0 else None
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        tokens, attended = self.plan.token_stats(self.step_no)
+        self.tokens += tokens
+        self.interval_tokens += tokens
+        self.interval_attended += attended
+        self.step_no += 1
+        self.steps_interval += 1
+
+    def interval(self, done: bool) -> None:
+        """At a log step: one log line, the held-out eval when due, the checkpoint when due."""
+        from korbert.model import step_flops
+
+        cfg, dist, step = self.cfg, self.dist, self.step_no
+        tot = dist.all_sum(self.stats.clone()).tolist()
+        dt = max(time.time() - self.t_interval, 1e-9)
+        tps = self.interval_tokens / dt
+        mlm, nsp = tot[0] / max(tot[2], 1), tot[3] / max(tot[5], 1)
+        loss = mlm + nsp
+        if not math.isfinite(loss):
+            raise InputError(
+                f"non-finite loss ({loss}) at step {step}, lr {self.lr:.2e}; the last good checkpoint is kept at "
+                f"{self.ckpt_path if self.ckpt_path.exists() else '(none yet)'}. Lower --lr, raise --warmup or --clip-grad, or check the shards"
             )
-            glob = dist.all_sum(local.clone())
-            mlm_norm, nsp_norm = float(glob[0]) / dist.world, float(glob[1]) / dist.world
-            lr = lr_at(progress(), cfg, total_steps_hint)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            for i, mb in enumerate(micro):
-                mb = {k: v.to(dev, non_blocking=True) for k, v in mb.items()}
-                padded_interval += mb["input_ids"].numel()
-                sync = contextlib.nullcontext() if dist.world == 1 or i == len(micro) - 1 else wrapped.no_sync()
-                with sync:
-                    with autocast():
-                        o = wrapped(**mb, sparse=True, mlm_norm=max(mlm_norm, 1e-9), nsp_norm=nsp_norm)
-                    o.loss.backward()
-                interval[:6] += torch.stack([o.mlm_loss_sum, o.mlm_correct, o.mlm_count, o.nsp_loss_sum, o.nsp_correct, o.nsp_count]).double()
-            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad) if cfg.clip_grad > 0 else None
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            steps_interval += 1
-            tokens += int(glob[2])
-            interval[6] += glob[2]
-            now = time.time()
-            seconds += now - t_last
-            t_last = now
-            bar.update(1)
-            done = progress() >= 1
-            if step % cfg.log_every == 0 or done:
-                tot = dist.all_sum(interval[:6].clone()).tolist()
-                dt = max(time.time() - t_interval, 1e-9)
-                tps = float(interval[6]) / dt
-                mlm = tot[0] / max(tot[2], 1)
-                nsp = tot[3] / max(tot[5], 1)
-                loss = mlm + nsp
-                if not math.isfinite(loss):
-                    raise InputError(
-                        f"non-finite loss ({loss}) at step {step}, lr {lr:.2e}; the last good checkpoint is kept at "
-                        f"{ckpt_path if ckpt_path.exists() else '(none yet)'}. Lower --lr, raise --warmup or --clip-grad, or check the shards"
-                    )
-                rec = {
-                    "step": step, "tokens": tokens, "loss": round(loss, 5), "mlm_loss": round(mlm, 5), "nsp_loss": round(nsp, 5),
-                    "mlm_acc": round(tot[1] / max(tot[2], 1), 5), "nsp_acc": round(tot[4] / max(tot[5], 1), 5),
-                    "lr": lr, "tokens_per_s": round(tps, 1), "seconds": round(seconds, 2),
-                }
-                if gnorm is not None:
-                    rec["grad_norm"] = round(float(gnorm), 4)
-                if peak:
-                    seq = padded_interval / max(1, steps_interval * global_batch / dist.world)
-                    rec["mfu"] = round(flops_per_token(mcfg, seq, n_nonemb) * tps / (peak * dist.world), 4)
-                if dist.main and (step % (cfg.log_every * 5) == 0 or done or step == cfg.log_every):
-                    mfu = f", mfu {rec['mfu'] * 100:.1f}%" if "mfu" in rec else ""
-                    bar.write(
-                        f"step {step}: loss {loss:.4f} (mlm {mlm:.4f}, nsp {nsp:.4f}), mlm acc {rec['mlm_acc']:.3f}, "
-                        f"lr {lr:.2e}, {tps:,.0f} tok/s{mfu}"
-                    )
-                if cfg.eval_every > 0 and (step % cfg.eval_every == 0) or done:
-                    last = evaluate(model, held_out, dev, autocast) if dist.main else {}
-                    if last:
-                        rec.update({f"eval_{k}": round(v, 5) if isinstance(v, float) else v for k, v in last.items()})
-                        bar.write(f"step {step}: held-out mlm loss {last['mlm_loss']:.4f}, mlm acc {last['mlm_acc']:.4f}, nsp acc {last['nsp_acc']:.4f}")
-                log(rec)
-                interval.zero_()
-                t_interval, steps_interval, padded_interval = time.time(), 0, 0
-                if (step % save_every == 0 or done) and dist.main:
-                    _save_checkpoint(ckpt_path, model, opt, {
-                        "step": step, "tokens": tokens, "seconds": seconds, "run_key": key, "model_config": mcfg.to_dict(),
-                    })
-                dist.barrier()
-                t_last = time.time()  # checkpoint/eval time is not training time
-            if kill_at and step == kill_at:
-                os.kill(os.getpid(), 9)
-    bar.close()
-    if tb is not None:
-        tb.close()
+        rec = {
+            "step": step, "tokens": self.tokens, "loss": round(loss, 5), "mlm_loss": round(mlm, 5), "nsp_loss": round(nsp, 5),
+            "mlm_acc": round(tot[1] / max(tot[2], 1), 5), "nsp_acc": round(tot[4] / max(tot[5], 1), 5),
+            "lr": self.lr, "tokens_per_s": round(tps, 1), "seconds": round(self.seconds, 2),
+            "padding": round(1 - self.interval_tokens / max(1, self.padded * dist.world), 4),
+        }
+        if self.gnorm is not None:
+            rec["grad_norm"] = round(float(self.gnorm), 4)
+        flops = step_flops(self.mcfg, self.interval_tokens, self.interval_attended, tot[2], tot[5])
+        rec["tflops"] = round(flops / dt / 1e12, 4)
+        if self.peak:
+            rec["mfu"] = round(flops / dt / (self.peak * dist.world), 4)
+        if cfg.compile:
+            rec["compiled_graphs"], rec["batch_shapes"] = compiled_graphs() - self.graphs_before, len(self.shapes)
+        if dist.main and (step % (cfg.log_every * 5) == 0 or done or step == cfg.log_every):
+            mfu = f", mfu {rec['mfu'] * 100:.1f}%" if "mfu" in rec else ""
+            self.bar.write(
+                f"step {step}: loss {loss:.4f} (mlm {mlm:.4f}, nsp {nsp:.4f}), mlm acc {rec['mlm_acc']:.3f}, "
+                f"lr {self.lr:.2e}, {tps:,.0f} tok/s{mfu}"
+            )
+        if (cfg.eval_every > 0 and step % cfg.eval_every == 0) or done:
+            self.last_eval = evaluate(self.model, self.held_out, self.dev, self.autocast) if dist.main else {}
+            if self.last_eval:
+                e = self.last_eval
+                rec.update({f"eval_{k}": round(v, 5) if isinstance(v, float) else v for k, v in e.items()})
+                self.bar.write(f"step {step}: held-out mlm loss {e['mlm_loss']:.4f}, mlm acc {e['mlm_acc']:.4f}, nsp acc {e['nsp_acc']:.4f}")
+        self._log(rec)
+        if step % self.save_every == 0 or done:
+            self._save_checkpoint()
+        dist.barrier()
+        self._reset_interval()
 
-    result = {
-        "run_key": key, "step": step, "tokens": tokens, "seconds": round(seconds, 1), "parameters": n_params,
-        "eval": last, "model_size": cfg.model_size, "config": run_cfg, "shards_key": sm["key"],
-        "shards_path": str(cfg.shards), "model_config": mcfg.to_dict(),
-    }
-    if dist.main:
-        export(model, tok, final, result)
-        print(
-            f"pretrain: {step} steps, {tokens:,} tokens in {seconds / 60:.1f} min ({tokens / max(seconds, 1e-9):,.0f} tok/s); "
-            f"held-out mlm acc {last.get('mlm_acc', float('nan')):.4f}, nsp acc {last.get('nsp_acc', float('nan')):.4f} -> {final}"
-        )
-    dist.barrier()
-    if dist.world > 1:
-        import torch.distributed as tdist
+    def _log(self, rec: dict) -> None:
+        if not self.dist.main:
+            return
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+        if self.tb is not None:
+            for k, v in rec.items():
+                if isinstance(v, (int, float)) and k != "step":
+                    self.tb.add_scalar(k, v, rec["step"])
 
-        tdist.destroy_process_group()
+    def _save_checkpoint(self) -> None:
+        import torch
+
+        rng = self.dist.gather(_rng_state(self.dev))  # every rank's own states, in rank order
+        if not self.dist.main:
+            return
+        state = {
+            "step": self.step_no, "tokens": self.tokens, "seconds": self.seconds, "run_key": self.key,
+            "model_config": self.mcfg.to_dict(), "world": self.dist.world,
+        }
+        buf = io.BytesIO()
+        torch.save({"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "state": state, "rng": rng}, buf)
+        atomic_write_bytes(self.ckpt_path, buf.getvalue())
+
+    def _reset_interval(self) -> None:
+        self.stats.zero_()
+        self.interval_tokens = self.interval_attended = self.padded = self.steps_interval = 0
+        self.t_interval = time.time()
+
+    @property
+    def clock(self) -> float:
+        """This process's training time: the checkpointed seconds + time spent in steps since."""
+        return self.seconds_at_start + (time.time() - self.t_start) - self.excluded
+
+    def train(self) -> None:
+        import torch
+        from tqdm import tqdm
+
+        cfg, dist = self.cfg, self.dist
+        self.stats = torch.zeros(6, dtype=torch.float64, device=self.dev)  # mlm sum/correct/count, nsp sum/correct/count
+        self.shapes: set = set()  # (rows, length) of the micro-batches seen
+        self.graphs_before = compiled_graphs()
+        self.last_eval, self.gnorm, self.lr = {}, None, 0.0
+        self._reset_interval()
+        self.bar = tqdm(total=cfg.max_steps or None, initial=self.step_no, desc="pretrain", unit="step", disable=None if dist.main else True, file=sys.stderr)
+        kill_at = int(os.environ.get("KORBERT_TEST_KILL_AT_STEP", "0"))  # tests: SIGKILL ourselves after this step
+        it = iter(self.loader)
+        self.model.train()
+        self.seconds_at_start, self.t_start, self.excluded = self.seconds, time.time(), 0.0
+        with _oom_guard(cfg):
+            done = self.progress() >= 1
+            while not done:
+                self.step([next(it) for _ in range(cfg.grad_accum)])
+                self.bar.update(1)
+                done = self.progress() >= 1  # the same on every rank: steps, tokens and the agreed clock
+                if self.step_no % cfg.log_every == 0 or done:
+                    t0 = time.time()
+                    self.interval(done)
+                    self.excluded += time.time() - t0  # logging, evaluation and checkpoints are not training time
+                if kill_at and self.step_no == kill_at:
+                    os.kill(os.getpid(), 9)
+        self.bar.close()
+        if self.tb is not None:
+            self.tb.close()
+        if dist.world > 1:
+            print(f"pretrain: rank {dist.rank} stopped at step {self.step_no}", file=sys.stderr)
+
+    def result(self) -> dict:
+        cfg, sm = self.cfg, self.shards_manifest
+        return {
+            "run_key": self.key, "step": self.step_no, "tokens": self.tokens, "seconds": round(self.seconds, 1), "parameters": self.n_params,
+            "eval": self.last_eval, "model_size": cfg.model_size, "config": self.run_cfg, "shards_key": sm["key"],
+            "shards_path": str(cfg.shards), "model_config": self.mcfg.to_dict(),
+        }
+
+    def export(self) -> dict:
+        result = self.result()
+        if self.dist.main:
+            export(self.model, self.tok, self.final, result)
+            s = max(self.seconds, 1e-9)
+            print(
+                f"pretrain: {self.step_no} steps, {self.tokens:,} tokens in {s / 60:.1f} min ({self.tokens / s:,.0f} tok/s); "
+                f"held-out mlm acc {self.last_eval.get('mlm_acc', float('nan')):.4f}, nsp acc {self.last_eval.get('nsp_acc', float('nan')):.4f} -> {self.final}"
+            )
+        self.dist.barrier()
+        return result
+
+
+def main(cfg: PretrainConfig) -> dict:
+    trainer = Trainer(cfg)
+    if trainer.done_before is not None:
+        fm = trainer.done_before
+        if trainer.dist.main:
+            print(f"{trainer.final}: up to date (step {fm['step']}, {fm['tokens']} tokens); --force retrains")
+        trainer.dist.close()
+        return fm
+    trainer.train()
+    result = trainer.export()
+    trainer.dist.close()
     return result
 
 

@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 import torch
 
+from corpus_tools import config as C
 from corpus_tools.text import InputError
-from korbert.pretrain import PretrainConfig, main
+from korbert.data import BatchPlan, collate, instance_lengths, micro_batches
+from korbert.pretrain import MODEL_INPUTS, PretrainConfig, Trainer, lr_at, main, peak_flops
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["hidden_size=64", "num_hidden_layers=2", "num_attention_heads=2", "intermediate_size=128"]
@@ -55,12 +57,30 @@ def _run_cli(args: list[str], env: dict | None = None, nproc: int = 0) -> subpro
 
 
 def _args(c: PretrainConfig) -> list[str]:
-    return [
-        "--shards", c.shards, "--out", c.out, "--model-size", c.model_size, "--override", *c.override, "--batch-size", str(c.batch_size),
-        "--max-steps", str(c.max_steps), "--lr", str(c.lr), "--log-every", str(c.log_every), "--eval-every", str(c.eval_every),
-        "--eval-instances", str(c.eval_instances), "--save-every", str(c.save_every), "--num-workers", str(c.num_workers),
-        "--seed", str(c.seed),
-    ]
+    """The command line of a config (every field, so the subprocess runs exactly `c`)."""
+    out = []
+    for k, v in C.to_dict(c).items():
+        flag = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            out.append(flag if v else f"--no-{k.replace('_', '-')}")
+        elif isinstance(v, list):
+            out += [flag, *map(str, v)] if v else []
+        else:
+            out += [flag, str(v)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def no_kiwi(tmp_path_factory) -> dict:
+    """Environment for a subprocess (and its torchrun children) where `import kiwipiepy` fails, as on
+    a GPU box that carries only torch + transformers."""
+    d = tmp_path_factory.mktemp("nokiwi")
+    (d / "kiwipiepy.py").write_text('raise ImportError("kiwipiepy is not installed on this training machine (test)")\n')
+    return {"PYTHONPATH": os.pathsep.join([str(d), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def weights(out) -> dict:
+    return torch.load(Path(out) / "ckpt.pt", weights_only=False)["model"]
 
 
 def test_loss_goes_down(shards_dir, tmp_path):
@@ -83,20 +103,22 @@ def test_same_seed_same_losses_and_rerun_is_up_to_date(shards_dir, tmp_path, cap
     assert "up to date" in capsys.readouterr().out and again["step"] == 5
 
 
-def test_kill_and_resume_gives_the_same_losses(shards_dir, tmp_path):
+@pytest.mark.parametrize("batching", [{}, {"tokens_per_batch": 1024, "pack": True}], ids=["batch-size", "token-budget-packed"])
+def test_kill_and_resume_gives_the_same_losses(shards_dir, tmp_path, batching):
     """A run SIGKILLed after step 7 (last checkpoint: step 4) and resumed equals an unbroken run."""
-    whole = cfg(shards_dir, tmp_path / "whole", num_workers=1)
+    whole = cfg(shards_dir, tmp_path / "whole", num_workers=1, **batching)
     main(whole)
-    broken = cfg(shards_dir, tmp_path / "broken", num_workers=1)
+    broken = cfg(shards_dir, tmp_path / "broken", num_workers=1, **batching)
     p = _run_cli(_args(broken), env={"KORBERT_TEST_KILL_AT_STEP": "7"})
     assert p.returncode == -9, p.stderr[-2000:]
     assert len(losses(tmp_path / "broken")) == 7  # it logged steps 5-7 after the checkpoint of step 4
     r = main(broken)  # --resume is the default
     assert r["step"] == 10
     assert losses(tmp_path / "broken") == losses(tmp_path / "whole")
-    a = torch.load(tmp_path / "whole" / "ckpt.pt", weights_only=False)["model"]
-    b = torch.load(tmp_path / "broken" / "ckpt.pt", weights_only=False)["model"]
+    a, b = weights(tmp_path / "whole"), weights(tmp_path / "broken")
     assert all(torch.equal(a[k], b[k]) for k in a)
+    if batching:
+        return
     # killed before its first checkpoint: the rerun starts fresh and its log holds only its own lines
     early = cfg(shards_dir, tmp_path / "early", num_workers=1)
     assert _run_cli(_args(early), env={"KORBERT_TEST_KILL_AT_STEP": "2"}).returncode == -9
@@ -130,8 +152,11 @@ def test_export_loads_in_plain_transformers(shards_dir, tmp_path):
     # the sparse training head gives the dense head's logits at the masked positions
     labels = torch.full_like(enc["input_ids"], -100)
     labels[0, 2], labels[1, 3] = enc["input_ids"][0, 2], enc["input_ids"][1, 3]
+    rows = [[{"input_ids": enc["input_ids"][r][enc["attention_mask"][r] == 1].numpy(), "labels": labels[r][enc["attention_mask"][r] == 1].numpy(),
+              "token_type_ids": enc["token_type_ids"][r][enc["attention_mask"][r] == 1].numpy(), "next_sentence_label": r}] for r in range(2)]
+    batch = collate(rows, length=enc["input_ids"].shape[1])
     with torch.no_grad():
-        o = ours(**enc, labels=labels, next_sentence_label=torch.tensor([0, 1]), sparse=True)
+        o = ours(**{k: batch[k] for k in MODEL_INPUTS}, sparse=True)
     dense = torch.log_softmax(ref.prediction_logits, -1)
     want = -(dense[0, 2, labels[0, 2]] + dense[1, 3, labels[1, 3]])
     assert abs(float(o.mlm_loss_sum) - float(want)) < 1e-4 and int(o.mlm_count) == 2
@@ -142,19 +167,198 @@ def test_export_loads_in_plain_transformers(shards_dir, tmp_path):
     assert m["kind"] == "model" and m["tokenizer_hash"] == tok.fingerprint and m["step"] == 3
 
 
-def test_ddp_two_processes_equal_one_process(shards_dir, tmp_path):
-    """torchrun with 2 CPU processes (gloo), batch 4 each == 1 process with batch 8 (dropout off)."""
+@pytest.mark.parametrize("per_rank", [{"batch_size": 4}, {"batch_size": 2, "grad_accum": 2}], ids=["batch4", "batch2-accum2"])
+def test_ddp_two_processes_equal_one_process(shards_dir, tmp_path, per_rank):
+    """torchrun with 2 CPU processes (gloo), batch 4 each (or 2 x 2 accumulated) == 1 process with batch 8 (dropout off)."""
     no_dropout = [*TINY, "hidden_dropout_prob=0", "attention_probs_dropout_prob=0"]
     one = cfg(shards_dir, tmp_path / "one", batch_size=8, max_steps=6, override=no_dropout)
-    two = cfg(shards_dir, tmp_path / "two", batch_size=4, max_steps=6, override=no_dropout)
+    two = cfg(shards_dir, tmp_path / "two", max_steps=6, override=no_dropout, **per_rank)
     p = _run_cli(_args(two), nproc=2)
     assert p.returncode == 0, p.stderr[-3000:]
     main(one)
     assert np.allclose(losses(tmp_path / "one"), losses(tmp_path / "two"), atol=2e-4)
-    a = torch.load(tmp_path / "one" / "ckpt.pt", weights_only=False)["model"]
-    b = torch.load(tmp_path / "two" / "ckpt.pt", weights_only=False)["model"]
+    a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-4
     assert json.loads((tmp_path / "two" / "config.json").read_text())["run"]["world_size"] == 2
+
+
+def test_time_budget_on_two_ranks_stops_every_rank_at_the_same_step(shards_dir, tmp_path):
+    """--max-minutes under torchrun: one clock (rank 0's, carried by the step's all-reduce) decides,
+    so both ranks stop at the same step and final/ is written. Rank 0 alone builds the held-out set
+    (slow here: many instances), so each rank's own clock would disagree."""
+    c = cfg(shards_dir, tmp_path, max_steps=0, max_minutes=0.08, batch_size=4, eval_instances=1000, log_every=5, save_every=1000)
+    p = _run_cli(_args(c), nproc=2)
+    assert p.returncode == 0, p.stderr[-3000:]
+    stops = sorted(line.split()[-1] for line in p.stderr.splitlines() if "stopped at step" in line)
+    assert len(stops) == 2 and stops[0] == stops[1], p.stderr[-2000:]
+    assert (tmp_path / "final" / "model.safetensors").is_file()
+    assert json.loads((tmp_path / "final" / "manifest.json").read_text())["step"] == int(stops[0])
+
+
+def test_kill_and_resume_on_two_ranks_with_dropout_without_kiwi(shards_dir, tmp_path, no_kiwi):
+    """2 gloo ranks, dropout on, kiwipiepy not importable: a run SIGKILLed after step 7 and resumed
+    equals an unbroken run (each rank restores its own RNG streams), and exports final/. Resuming
+    it with another number of processes is refused with a clear message."""
+    whole = cfg(shards_dir, tmp_path / "whole", batch_size=4, num_workers=1)
+    broken = cfg(shards_dir, tmp_path / "broken", batch_size=4, num_workers=1)
+    p = _run_cli(_args(whole), env=no_kiwi, nproc=2)
+    assert p.returncode == 0, p.stderr[-3000:]
+    p = _run_cli(_args(broken), env={**no_kiwi, "KORBERT_TEST_KILL_AT_STEP": "7"}, nproc=2)
+    assert p.returncode != 0 and not (tmp_path / "broken" / "final").exists()
+    with pytest.raises(InputError, match="written by 2 process"):
+        main(broken)
+    p = _run_cli(_args(broken), env=no_kiwi, nproc=2)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "resuming" in p.stdout and "kiwipiepy" not in p.stderr
+    assert losses(tmp_path / "broken") == losses(tmp_path / "whole")
+    a, b = weights(tmp_path / "whole"), weights(tmp_path / "broken")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert (tmp_path / "broken" / "final" / "model.safetensors").is_file()
+
+
+def test_pretrain_runs_and_exports_without_kiwi(shards_dir, tmp_path, no_kiwi):
+    """One process where `import kiwipiepy` fails: pretraining, a resume and the export work."""
+    c = cfg(shards_dir, tmp_path, max_steps=6, save_every=2, log_every=1)
+    p = _run_cli(_args(c), env={**no_kiwi, "KORBERT_TEST_KILL_AT_STEP": "3"})
+    assert p.returncode == -9, p.stderr[-2000:]
+    p = _run_cli(_args(c), env=no_kiwi)
+    assert p.returncode == 0 and "resuming" in p.stdout, p.stderr[-2000:]
+    assert (tmp_path / "final" / "model.safetensors").is_file() and len(losses(tmp_path)) == 6
+
+
+@pytest.mark.parametrize("kw", [
+    {"rows_per_step": 8, "parts": 2}, {"tokens_per_step": 1024, "parts": 2}, {"tokens_per_step": 1024, "parts": 4, "buckets": True},
+    {"tokens_per_step": 1024, "pack": True, "parts": 2}, {"tokens_per_step": 1024, "pack": True, "buckets": True},
+])
+def test_batch_plan_budget_and_epoch_coverage(shards_dir, kw):
+    """Every global batch stays within its token budget (rows x padded length) and splits into equal
+    micro-batches; over an epoch every instance is used exactly once; the plan is a pure function of
+    (seed, step): a fresh plan (a resumed run) gives the same batches."""
+    from corpus_tools.shard_format import open_shards
+
+    lengths = instance_lengths(open_shards(shards_dir, verify=False))
+    plan, again = BatchPlan(lengths, 5, 128, **kw), BatchPlan(lengths, 5, 128, **kw)
+    seen, step, shapes = [], 0, set()
+    while plan.locate(step)[0] == 0:
+        epoch, rows, length = plan(step)
+        filled = [len(lengths[r]) and int(lengths[r].sum()) for r in rows]
+        assert max(filled) <= length <= 128
+        if "tokens_per_step" in kw:
+            assert len(rows) * length <= kw["tokens_per_step"]
+        parts = kw.get("parts", 1)
+        micro = [m for r in range(parts) for m in micro_batches(rows, parts, r, 1)]  # world = parts, no accumulation
+        assert len({len(m) for m in micro}) == 1 and sum(micro, []) == rows
+        seen += [int(i) for r in rows for i in r]
+        shapes.add((len(rows), length))
+        step += 1
+    assert sorted(seen) == list(range(len(lengths)))  # none lost, none repeated
+    for s in (0, step // 2, step - 1, step, step + 3):
+        a, b = plan(s), again(s)
+        assert a[0] == b[0] and a[2] == b[2] and all(np.array_equal(x, y) for x, y in zip(a[1], b[1]))
+    if kw.get("buckets"):
+        assert len(shapes) <= 9  # a handful of (rows, length) shapes for torch.compile
+    if kw.get("pack"):
+        assert sum(lengths) / sum(len(plan(s)[1]) * 128 for s in range(step)) > 0.9  # packed rows are nearly full
+
+
+def test_packed_rows_equal_separate_instances(shards_dir):
+    """Packing is exact: instances side by side in one row (block-diagonal attention, positions and
+    [CLS] per instance) give the losses and predictions of the same instances one per row."""
+    from corpus_tools.shard_format import open_shards
+    from korbert.model import KorBertForPreTraining, bert_config
+
+    reader = open_shards(shards_dir, verify=False)
+    items = [reader.masked(i, np.random.default_rng(i)) for i in (0, 5, 9, 14)]
+    torch.manual_seed(0)
+    model = KorBertForPreTraining(bert_config("tiny", 3000, 128, {"hidden_size": 64, "intermediate_size": 128})).eval()
+    one_per_row = collate([[it] for it in items])
+    packed = collate([[items[0], items[1], items[2]], [items[3]]], length=128)
+    with torch.no_grad():
+        a = model(**{k: one_per_row[k] for k in MODEL_INPUTS}, packed=one_per_row["packed"], sparse=True)  # the key padding mask
+        b = model(**{k: packed[k] for k in MODEL_INPUTS}, packed=packed["packed"], sparse=True)  # block-diagonal
+    for f in ("mlm_loss_sum", "nsp_loss_sum"):
+        assert abs(float(getattr(a, f)) - float(getattr(b, f))) < 1e-4, f
+    for f in ("mlm_correct", "mlm_count", "nsp_correct", "nsp_count"):
+        assert int(getattr(a, f)) == int(getattr(b, f)), f
+    assert packed["counts"] == one_per_row["counts"] and packed["input_ids"].shape == (2, 128)
+    assert packed["packed"] and not one_per_row["packed"]
+
+
+def test_training_step_never_reads_the_device(shards_dir, tmp_path):
+    """No host-device sync in the hot loop: one optimizer step (counts, all-reduce, forward,
+    backward, clipping) calls no op that copies a value back to the host (.item(), float(t),
+    .nonzero(), bool(t)). The optimizer's own step is left out (fused AdamW on GPU keeps its step
+    counts on the device; the CPU AdamW reads them on the host, where they live)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    reads = []
+
+    class Watch(TorchDispatchMode):
+        paused = False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = str(func.overloadpacket)
+            if not self.paused and any(s in name for s in ("_local_scalar_dense", "nonzero", "is_nonzero", "aten.equal")):
+                reads.append(name)
+            return func(*args, **(kwargs or {}))
+
+    tr = Trainer(cfg(shards_dir, tmp_path, max_steps=4, grad_accum=2))
+    tr.train = Trainer.train.__get__(tr)
+    opt_step, watch = tr.opt.step, Watch()
+
+    def step_unwatched(*a, **kw):
+        watch.paused = True
+        try:
+            return opt_step(*a, **kw)
+        finally:
+            watch.paused = False
+
+    tr.opt.step = step_unwatched
+    real_step = tr.step
+
+    def watched(micro):
+        with watch:
+            real_step(micro)
+
+    tr.step = watched
+    tr.train()
+    assert tr.step_no == 4 and reads == [], reads
+
+
+def test_compile_matches_eager_with_few_graphs(shards_dir, tmp_path):
+    """--compile on CPU: 50 steps of batches of varied lengths give eager's losses (the same
+    batches, padded to a bucket length) and compile a bounded number of graphs (lengths come in
+    buckets, the masked-token and pair counts are dynamic sizes)."""
+    common = dict(override=[*TINY, "hidden_dropout_prob=0", "attention_probs_dropout_prob=0"], max_steps=50, batch_size=16, log_every=1)
+    main(cfg(shards_dir, tmp_path / "eager", **common))
+    main(cfg(shards_dir, tmp_path / "compiled", compile=True, **common))
+    e, c = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
+    assert len(e) == 50 and np.allclose(e[:5], c[:5], atol=1e-3), (e[:5], c[:5])  # later steps drift apart with float rounding
+    assert abs(np.mean(e[-10:]) - np.mean(c[-10:])) < 0.1
+    last = json.loads((tmp_path / "compiled" / "log.jsonl").read_text().splitlines()[-1])
+    assert last["batch_shapes"] >= 3 and 1 <= last["compiled_graphs"] <= 4, last
+
+
+def test_learning_rate_schedule_and_mfu_accounting():
+    """Warmup given in steps with a time budget reaches the peak (it stayed at peak/N before);
+    the device's bf16 peak comes from its name; the step's FLOPs count the tied decoder at the
+    predicted positions."""
+    from transformers import BertConfig
+
+    from korbert.model import step_flops
+
+    c = PretrainConfig(max_steps=0, max_minutes=10, warmup=10, lr=1e-3)
+    assert lr_at(5, 0.01, c, None) == pytest.approx(5e-4)
+    assert lr_at(10, 0.02, c, None) == pytest.approx(1e-3 * 0.98)
+    assert lr_at(10, 1.0, c, None) == 0.0
+    s = PretrainConfig(max_steps=100, warmup=10, lr=1e-3)
+    assert lr_at(10, 0.1, s, 100) == pytest.approx(1e-3) and lr_at(55, 0.55, s, 100) == pytest.approx(5e-4)
+    assert peak_flops("NVIDIA H100 PCIe") == 756e12 and peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert peak_flops("NVIDIA H200") == 989e12 and peak_flops("NVIDIA A100-SXM4-80GB") == 312e12 and peak_flops("Tesla T4") is None
+    b = BertConfig(hidden_size=768, num_hidden_layers=12, intermediate_size=3072, vocab_size=32000)
+    head = step_flops(b, 0, 0, 1, 0)
+    assert head == 6 * (768 * 768 + 768 * 32000)
+    assert step_flops(b, 1, 0, 0, 0) == 6 * 12 * (4 * 768 * 768 + 2 * 768 * 3072)  # 6 N per token, N = 85M
 
 
 def test_clear_errors(shards_dir, tmp_path, vocab_dir):

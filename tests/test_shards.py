@@ -5,6 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from corpus_tools.artifacts import read_manifest, sha256_file
 from corpus_tools.shards import (
     CLS, IGNORE, MASK, SEP, MaskConfig, ShardsConfig, first_normal_id, main, mask_tokens, merge, open_shards,
 )
+from corpus_tools.shard_format import shard_columns
 from corpus_tools.text import InputError
 
 
@@ -26,6 +30,15 @@ def petitions(tmp_path_factory) -> Path:
     with gzip.open(SAMPLE / "petitions.jsonl.gz", "rt", encoding="utf-8") as f:
         path.write_text(f.read(), encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="module")
+def petition_encodings(petitions, tok) -> list[dict]:
+    """`tok.encode_documents` of the petitions as the stage sees them (title + text, cleaned)."""
+    from corpus_tools.text import clean
+
+    docs = [json.loads(line) for line in petitions.read_text(encoding="utf-8").splitlines()]
+    return tok.encode_documents([clean(d["title"] + "\n" + d["text"]) for d in docs])
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +97,7 @@ def test_recipe_statistics_in_static_shards(static_run, tok):
     assert tr["forced_random_next"] < 0.02 * tr["instances"]  # only one-morpheme chunks ("강추") are forced
     # measure again from the shards themselves, not from the manifest
     c = _columns(static_run, m)
+    assert c["tokens"].dtype == np.uint16 and c["labels"].dtype == np.int32  # a 3,000-piece vocabulary: 2 bytes an id
     ids, labels, off, b = c["tokens"], c["labels"], c["offsets"], c["b_start"].astype(np.int64)
     n = len(c["nsp"])
     lengths = np.diff(off)
@@ -187,13 +201,10 @@ def test_single_sentence_random_is_berts_forced_notnext(vocab_dir, tok, tmp_path
     assert whole == c["random_next"]
 
 
-def test_isnext_b_continues_a_and_lengths_fill_the_budget(vocab_dir, petitions, tok, tmp_path):
+def test_isnext_b_continues_a_and_lengths_fill_the_budget(vocab_dir, petitions, petition_encodings, tmp_path):
     run(vocab_dir, [petitions], tmp_path, max_seq_len=512, valid_fraction=0)
     reader = open_shards(tmp_path)
-    docs = [json.loads(line) for line in petitions.read_text(encoding="utf-8").splitlines()]
-    from corpus_tools.text import clean
-
-    encoded = [e["ids"].tolist() for e in tok.encode_documents([clean(d["title"] + "\n" + d["text"]) for d in docs])]
+    encoded = [e["ids"].tolist() for e in petition_encodings]
     lengths = [len(reader[i]["input_ids"]) for i in range(len(reader))]
     assert max(lengths) == 512 and np.median(lengths) > 400  # 512 works, and pairs fill it
     checked = 0
@@ -286,7 +297,8 @@ def test_dynamic_shards_store_units_and_the_loader_masks_them(vocab_dir, mixed, 
     assert m["config"]["masking"] == "dynamic" and m["config"]["dupe_factor"] == 1
     reader = open_shards(tmp_path)
     it = reader[3]
-    assert "labels" not in it and it["unit_ids"].dtype == np.int16 and it["unit_ids"][0] == -1
+    assert "labels" not in it and it["unit_ids"].dtype == np.int8 and it["unit_ids"][0] == -1
+    assert it["input_ids"].dtype == np.uint16
     rng = np.random.default_rng(0)
     a, *more = (reader.masked(3, rng)["labels"] for _ in range(4))
     assert (a != IGNORE).any() and any(not np.array_equal(a, b) for b in more)  # new masks each epoch
@@ -295,6 +307,160 @@ def test_dynamic_shards_store_units_and_the_loader_masks_them(vocab_dir, mixed, 
     # whole eojeols: a unit that would overshoot round(15%) is skipped (BERT's whole-word masking), so
     # short pairs (two-word reviews cut in two) get fewer (~0.14 here); by token or morpheme it is 0.15
     assert 0.125 < c["train"]["masking"]["masked_share"] < 0.16
+
+
+@pytest.fixture(scope="module")
+def dynamic_run(vocab_dir, petitions, tmp_path_factory) -> Path:
+    """Shards of the sample petitions with the default options (dynamic, by morpheme, 128 tokens)."""
+    out = tmp_path_factory.mktemp("dynamic")
+    run(vocab_dir, [petitions], out, valid_fraction=0.05)
+    return out
+
+
+def _as_format_1(src: Path, dst: Path) -> Path:
+    """A copy of a shards folder as korbert wrote it before compact shards: tokens int32, units int16,
+    format_version 1, no dtypes (checksums updated, so it opens with verify)."""
+    shutil.copytree(src, dst)
+    m = json.loads((dst / "manifest.json").read_text(encoding="utf-8"))
+    for shards in m["shards"].values():
+        for sh in shards:
+            for name in sh["files"]:
+                wide = {"tokens": np.int32, "units": np.int16}.get(name.split(".")[-2])
+                if wide is not None:
+                    np.save(dst / name, np.load(dst / name).astype(wide))
+                    sh["files"][name] = m["files"][name] = sha256_file(dst / name)
+    del m["dtypes"]
+    (dst / "manifest.json").write_text(json.dumps({**m, "format_version": 1}), encoding="utf-8")
+    return dst
+
+
+def _locate(hay: bytes, part: np.ndarray) -> int:
+    """Position of the ids `part` in the int32 ids `hay`, -1 if absent."""
+    needle = part.astype(np.int32).tobytes()
+    i = hay.find(needle)
+    while i > 0 and i % 4:  # a match across ids' bytes: look further
+        i = hay.find(needle, i + 1)
+    return i // 4 if i >= 0 else -1
+
+
+def test_format_2_columns_are_narrow_and_hold_the_documents_ids(dynamic_run, petition_encodings):
+    """uint16 tokens and int8 units, as the manifest says; A and B of every instance are pieces of
+    the documents as encode_documents gives them, with their morphemes as the unit runs."""
+    m = read_manifest(dynamic_run, "shards", verify=True)
+    assert m["format_version"] == 2
+    assert m["dtypes"] == {"tokens": "uint16", "offsets": "int64", "b_start": "int16", "nsp": "int8", "units": "int8"}
+    for sh in m["shards"]["train"] + m["shards"]["valid"]:
+        for name in sh["files"]:
+            assert str(np.load(dynamic_run / name, mmap_mode="r").dtype) == m["dtypes"][name.split(".")[-2]], name
+    sep = np.array([-1], np.int32)  # no slice runs across two documents
+    hay = np.concatenate([x for e in petition_encodings for x in (e["ids"], sep)]).tobytes()
+    morphemes = np.concatenate([x for e in petition_encodings for x in (e["morpheme"], sep)])
+    reader = open_shards(dynamic_run)
+    checked = 0
+    for i in range(len(reader)):
+        it = reader[i]
+        ids, units, b = it["input_ids"], it["unit_ids"], int(np.argmax(it["token_type_ids"]))
+        assert ids.dtype == np.uint16 and units.dtype == np.int8
+        assert units[0] == units[b - 1] == units[-1] == -1 and units[1] == 0 and units[b] == units[b - 2] + 1
+        for lo, hi in ((1, b - 1), (b, len(ids) - 1)):  # A, B
+            at = _locate(hay, ids[lo:hi])
+            assert at >= 0, (i, lo)
+            if hi - lo >= 8:  # (a short piece may also occur elsewhere, cut into other morphemes)
+                want = np.diff(morphemes[at : at + hi - lo]) != 0
+                assert np.array_equal(np.diff(units[lo:hi]) != 0, want), (i, lo)
+                checked += 1
+    assert len(reader) > 500 and checked > 500
+
+
+@pytest.fixture(scope="module")
+def format_1(dynamic_run, tmp_path_factory) -> Path:
+    return _as_format_1(dynamic_run, tmp_path_factory.mktemp("format1") / "shards")
+
+
+def test_format_1_shards_are_still_read_the_same(dynamic_run, format_1):
+    new, old = open_shards(dynamic_run), open_shards(format_1)  # (verify: format 1's checksums are its own)
+    assert old[0]["input_ids"].dtype == np.int32 and old[0]["unit_ids"].dtype == np.int16
+    assert len(old) == len(new)
+    for i in range(len(new)):
+        a, b = old[i], new[i]
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a), i
+        a, b = old.masked(i, np.random.default_rng(i)), new.masked(i, np.random.default_rng(i))
+        assert all(np.array_equal(a[k], b[k]) for k in a), i  # the same masks, draw for draw
+        assert b["labels"].dtype == np.int32 and b["input_ids"].dtype == np.uint16
+
+
+def test_format_2_halves_the_token_and_unit_bytes(dynamic_run, format_1):
+    def size(folder: Path) -> int:
+        return sum(p.stat().st_size for p in folder.glob("*-*.*.npy") if p.name.split(".")[-2] in ("tokens", "units"))
+
+    assert size(dynamic_run) <= 0.55 * size(format_1), (size(dynamic_run), size(format_1))
+
+
+def test_unknown_shard_format_is_refused(dynamic_run, tmp_path):
+    m = json.loads((dynamic_run / "manifest.json").read_text(encoding="utf-8"))
+    (tmp_path / "manifest.json").write_text(json.dumps({**m, "format_version": 99}), encoding="utf-8")
+    with pytest.raises(InputError, match=r"shards format 99, this korbert reads formats 1, 2; rebuild .*korbert shards --force"):
+        open_shards(tmp_path)
+
+
+def test_shards_are_read_and_masked_without_kiwi(dynamic_run):
+    """The pretraining machine may lack Kiwi: the format module never imports it or the tokenizer."""
+    code = (
+        "import sys; sys.modules['kiwipiepy'] = None\n"
+        "import numpy as np\n"
+        "from corpus_tools.shard_format import open_shards\n"
+        "item = open_shards(sys.argv[1]).masked(0, np.random.default_rng(0))\n"
+        "assert (item['labels'] != -100).any() and 'korbert.tokenizer' not in sys.modules\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(dynamic_run)], cwd=Path(__file__).parent.parent, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_mask_tokens_on_uint16_ids_draws_as_on_int32():
+    """Format 2's uint16 ids (here above int16's range, random pieces up to 65,535) are masked draw
+    for draw as int32 ids are; labels are int32 and hold the original ids."""
+    cfg = MaskConfig(mask_id=MASK, random_low=5, random_high=1 << 16)
+    ids = np.arange(65536 - 400, 65536, dtype=np.int32)
+    special = np.zeros(400, dtype=bool)
+    special[[0, 200, 399]] = True
+    units = (np.arange(400) // 3).astype(np.int8)  # wraps past 127: only runs matter
+    randoms = 0
+    for seed in range(5):
+        want = mask_tokens(ids, special, units, np.random.default_rng(seed), cfg)
+        got = mask_tokens(ids.astype(np.uint16), special, units, np.random.default_rng(seed), cfg)
+        assert got[0].dtype == np.uint16 and got[1].dtype == np.int32
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        m = got[1] != IGNORE
+        assert np.array_equal(got[1][m], ids[m])  # original ids, none wrapped negative
+        randoms += int(((got[0][m] != MASK) & (got[0][m] != ids[m])).sum())
+    assert randoms > 10
+
+
+def test_shard_columns_and_instances_fit_their_dtypes():
+    from corpus_tools.shards import _Doc, build_instance
+
+    assert shard_columns(1 << 16, 130, "dynamic", True) == {
+        "tokens": "uint16", "offsets": "int64", "b_start": "int16", "nsp": "int8", "units": "int8",
+    }
+    wide = shard_columns((1 << 16) + 1, 131, "dynamic", True)
+    assert wide["tokens"] == "int32" and wide["units"] == "int16"
+    assert shard_columns(3000, 128, "static", True)["labels"] == "int32" and "units" not in shard_columns(3000, 128, "static", True)
+    assert "units" not in shard_columns(3000, 128, "dynamic", False)
+    # the longest instance of max_seq_len 130: 127 tokens; units in pairs, numbered with gaps or not
+    n = 200
+    for step in (1, 7):  # 7: unit ids jump (units without tokens), so they are renumbered to fit int8
+        enc = {"ids": np.arange(60_000, 60_000 + n, dtype=np.int32), "sentence": np.zeros(n, np.int32),
+               "morpheme": (np.arange(n, dtype=np.int32) // 2) * step, "eojeol": np.arange(n, dtype=np.int32)}
+        doc = _Doc(enc, "morpheme")
+        ids, units = build_instance(doc, 1, 61, doc, 71, 138, "uint16", "int8")
+        assert ids.dtype == np.uint16 and units.dtype == np.int8 and len(ids) == 130
+        assert ids[0] == CLS and ids[61] == SEP and ids[-1] == SEP
+        assert np.array_equal(ids[1:61], enc["ids"][1:61]) and np.array_equal(ids[62:-1], enc["ids"][71:138])
+        runs = np.concatenate(([-1], enc["morpheme"][1:61], [-1], enc["morpheme"][71:138] + 10**6, [-1]))
+        assert np.array_equal(np.diff(units) != 0, np.diff(runs) != 0), step
+        u = units.astype(np.int64)  # (a difference of int8s wraps too)
+        assert (u[[0, 61, -1]] == -1).all() and u[1] == 0 and u[62] > u[60]
+        assert (np.diff(u[1:61]) >= 0).all() and (np.diff(u[62:-1]) >= 0).all()  # not wrapped past 127
 
 
 def test_same_inputs_same_seed_byte_identical(vocab_dir, mixed, tmp_path):

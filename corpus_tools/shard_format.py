@@ -1,0 +1,318 @@
+"""The shard format: the columns the shards stage writes, the reader the pretraining loader uses,
+and the masking both share (static shards mask when written, dynamic ones when read).
+
+Shard format 2 (`open_shards` reads formats 1 and 2; plain .npy files, no pickles, np.load(mmap_mode="r")):
+
+    {split}-{k:05d}.tokens.npy    uint16 [T]    all instances' token ids, concatenated (int32 when the
+                                                vocabulary has more than 65,536 ids; static: the
+                                                masked input ids)
+    {split}-{k:05d}.offsets.npy   int64 [N+1]   instance n = tokens[offsets[n]:offsets[n+1]]
+    {split}-{k:05d}.b_start.npy   int16 [N]     index of B's first token (token type 1 from there)
+    {split}-{k:05d}.nsp.npy       int8  [N]     0 = IsNext, 1 = NotNext (random B), as in HF BERT
+    {split}-{k:05d}.labels.npy    int32 [T]     static only: original id where masked, else -100
+    {split}-{k:05d}.units.npy     int8  [T]     dynamic + morpheme/eojeol: unit id within the
+                                                instance (specials -1), for whole-unit masking
+                                                (int16 when max_seq_len - 3 > 127)
+    tokenizer/                    a copy of the tokenizer folder the shards were made with
+    manifest.json                 kind "shards": config, tokenizer hash, counts, shard list, sha256s,
+                                  dtypes (column -> numpy dtype name)
+
+The columns are as narrow as the ids allow: the loader reads every token of every instance each
+epoch, so tokens + units take half the bytes (disk, page cache) they did in format 1, which wrote
+tokens int32 and units int16 (and no `dtypes`). Every .npy carries its dtype, so format 1 is read
+as it is; a reader's ids have the tokens column's dtype.
+
+split is "train" or "valid"; with --num-parts P, part p writes into part-{p:05d}/ and
+`korbert shards-merge OUT` writes one manifest over all parts. Instances are stored in document
+order: the loader shuffles.
+
+Nothing here needs Kiwi or korbert.tokenizer: a pretraining machine reads shards without them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from corpus_tools.artifacts import read_manifest, sha256_file
+from corpus_tools.text import InputError
+
+FORMAT_VERSION = 2  # written; READ_VERSIONS are read
+READ_VERSIONS = (1, 2)
+IGNORE = -100  # label of a token that is not predicted
+PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4  # fixed by the tokenizer (korbert.tokenizer.SPECIAL_TOKENS)
+SPLITS = ("train", "valid")
+TOKENIZER_DIR = "tokenizer"
+
+
+def shard_columns(vocab_size: int, max_seq_len: int, masking: str, units: bool) -> dict[str, str]:
+    """The columns of a shard -> their dtype names: token ids in 2 bytes when every id fits, unit
+    ids (-1 .. max_seq_len - 4 within an instance) in 1 byte when they fit."""
+    cols = {"tokens": "uint16" if vocab_size <= 1 << 16 else "int32", "offsets": "int64", "b_start": "int16", "nsp": "int8"}
+    if masking == "static":
+        cols["labels"] = "int32"  # -100 or an id
+    elif units:
+        cols["units"] = "int8" if max_seq_len - 3 <= 127 else "int16"
+    return cols
+
+
+# ---------------------------------------------------------------------------------------------
+# Masking: one function for static shards and for the dynamic loader
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MaskConfig:
+    mask_prob: float = 0.15
+    mask_id: int = MASK
+    random_low: int = 0  # random replacements are drawn from [random_low, random_high): normal pieces
+    random_high: int = 1
+    mask_share: float = 0.8  # of the chosen tokens: [MASK]
+    keep_share: float = 0.1  # unchanged; the rest (0.1) a random piece
+
+    @classmethod
+    def from_tokenizer(cls, tok, mask_prob: float = 0.15) -> "MaskConfig":
+        return cls(mask_prob=mask_prob, mask_id=tok.mask_token_id, random_low=first_normal_id(tok), random_high=len(tok))
+
+
+def first_normal_id(tok) -> int:
+    """The first id that is not special, [unusedN] or a byte piece <0xNN> (the layout is fixed)."""
+    for i, t in enumerate(tok.convert_ids_to_tokens(list(range(len(tok))))):
+        special = t in tok.all_special_tokens or (t.startswith("[unused") and t.endswith("]"))
+        if not special and not (len(t) == 6 and t.startswith("<0x") and t.endswith(">")):
+            return i
+    raise ValueError("the tokenizer has no normal pieces")
+
+
+def special_mask_of(ids: np.ndarray) -> np.ndarray:
+    """bool [n]: the [CLS]/[SEP]/[PAD] positions (document text never holds these ids: see _Doc)."""
+    return (ids == CLS) | (ids == SEP) | (ids == PAD)
+
+
+def mask_tokens(
+    ids: np.ndarray, special_mask: np.ndarray, unit_ids: np.ndarray | None, rng: np.random.Generator, cfg: MaskConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """BERT masking. ids int [n], any integer dtype that holds every id (uint16 shards: the
+    vocabulary has <= 65,536 ids, so the random pieces, drawn as int64 whatever the dtype so the
+    draws do not depend on it, fit); special_mask bool [n] (never masked); unit_ids int [n] or None
+    (tokens with the same id in a run are one unit, masked together; None = every token alone).
+
+    Returns (input_ids [n], same dtype as ids; labels int32 [n]: the original id where a token is to
+    be predicted, -100 elsewhere). round(mask_prob * non-special tokens) tokens, at least 1, are
+    chosen unit by unit in random order, skipping units that would overshoot (as BERT's whole-word
+    masking does); each chosen token: [MASK] 80%, unchanged 10%, random normal piece 10%.
+    """
+    ids = np.asarray(ids)
+    labels = np.full(ids.shape, IGNORE, dtype=np.int32)
+    cand = np.flatnonzero(~special_mask)  # positions that may be masked
+    if cand.size == 0:
+        return ids.copy(), labels
+    k = max(1, int(round(cand.size * cfg.mask_prob)))
+    if unit_ids is None:
+        pos = rng.permutation(cand)[:k]
+    else:
+        u = np.asarray(unit_ids)[cand]
+        first = np.flatnonzero(np.concatenate(([True], u[1:] != u[:-1])))  # [units] where each unit starts in cand
+        sizes = np.diff(first, append=cand.size)  # [units]
+        order = rng.permutation(first.size)
+        total = np.cumsum(sizes[order])
+        n = int(np.searchsorted(total, k, side="right"))  # whole units that fit, in random order
+        chosen = order[:n].tolist()
+        left = k - (int(total[n - 1]) if n else 0)
+        for j in order[n + 1 :].tolist():  # the next unit overshot: keep trying smaller ones
+            if left == 0:
+                break
+            if sizes[j] <= left:
+                chosen.append(j)
+                left -= int(sizes[j])
+        pick = np.zeros(first.size, dtype=bool)
+        pick[chosen] = True
+        pos = cand[np.repeat(pick, sizes)]
+    out = ids.copy()
+    labels[pos] = ids[pos]
+    r = rng.random(pos.size)
+    out[pos[r < cfg.mask_share]] = cfg.mask_id
+    rand = pos[r >= cfg.mask_share + cfg.keep_share]
+    out[rand] = rng.integers(cfg.random_low, cfg.random_high, size=rand.size)
+    return out, labels
+
+
+def mask_stats(inputs: np.ndarray, labels: np.ndarray, special: np.ndarray, mask_id: int) -> Counter:
+    """Counts that check the recipe: candidates, masked, and how the masked tokens were replaced."""
+    m = labels != IGNORE
+    got, want = inputs[m], labels[m]
+    as_mask = int((got == mask_id).sum())
+    as_keep = int((got == want).sum())
+    return Counter(
+        candidate_tokens=int((~special).sum()), masked=int(m.sum()),
+        as_mask=as_mask, as_keep=as_keep, as_random=int(m.sum()) - as_mask - as_keep,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing shards
+# ---------------------------------------------------------------------------------------------
+
+
+class _Column:
+    """One .npy file written in appends: raw values go to a hidden .partial file; close() writes the
+    header + data to a temp file, fsyncs and renames it into place (readers never see a partial
+    .npy), returning its sha256."""
+
+    def __init__(self, path: Path, dtype):
+        self.path, self.dtype, self.n = path, np.dtype(dtype), 0
+        self.raw_path = path.with_name(f".{path.name}.partial")
+        self.raw = open(self.raw_path, "wb")
+
+    def append(self, values) -> None:
+        a = np.ascontiguousarray(values, dtype=self.dtype)
+        self.raw.write(a.tobytes())
+        self.n += a.size
+
+    def close(self) -> str:
+        self.raw.close()
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            header, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (self.n,)}
+        )
+        h = hashlib.sha256(header.getvalue())
+        with open(tmp, "wb") as out, open(self.raw_path, "rb") as src:
+            out.write(header.getvalue())
+            while block := src.read(1 << 20):
+                h.update(block)
+                out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.path)
+        self.raw_path.unlink()
+        return h.hexdigest()
+
+
+class _ShardWriter:
+    """The columns of one shard; instances are appended a batch at a time."""
+
+    def __init__(self, folder: Path, name: str, columns: dict[str, str]):
+        """columns: `shard_columns(...)`."""
+        self.name = name
+        self.cols = {c: _Column(folder / f"{name}.{c}.npy", t) for c, t in columns.items()}
+        self.cols["offsets"].append([0])
+        self.instances = self.tokens = 0
+
+    def append(self, batch: dict[str, list]) -> None:
+        lengths = np.fromiter((len(x) for x in batch["tokens"]), np.int64, len(batch["tokens"]))
+        self.cols["offsets"].append(self.tokens + np.cumsum(lengths))
+        self.instances += len(lengths)
+        self.tokens += int(lengths.sum())
+        for c, values in batch.items():
+            if c in self.cols:
+                self.cols[c].append(np.concatenate(values) if c in ("tokens", "labels", "units") else values)
+
+    def close(self) -> dict:
+        files = {f"{self.name}.{c}.npy": col.close() for c, col in self.cols.items()}
+        return {"name": self.name, "instances": self.instances, "tokens": self.tokens, "files": files}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading shards
+# ---------------------------------------------------------------------------------------------
+
+
+class ShardReader:
+    """Random access to the instances of one split; each column is memory-mapped, never loaded.
+
+    reader[i] -> {"input_ids": [n], "token_type_ids": int8 [n], "next_sentence_label": int,
+                  "labels": int32 [n] (static shards) or "unit_ids": [n] (dynamic, by unit)}
+    input_ids and unit_ids have their columns' dtypes (format 2: uint16 and int8 as a rule; format
+    1: int32 and int16), so a consumer widens them itself (the loader's collate does).
+    """
+
+    def __init__(self, folder: Path, manifest: dict, split: str):
+        self.folder, self.manifest, self.split = folder, manifest, split
+        self.shards = manifest["shards"][split]
+        self.masking = manifest["config"]["masking"]
+        self.mask_config = MaskConfig(**manifest["mask_config"])
+        self.ends = np.cumsum([s["instances"] for s in self.shards], dtype=np.int64)  # [shards]
+        self._open: dict[int, dict] = {}
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def _columns(self, k: int) -> dict:
+        if k not in self._open:
+            path = self.shards[k]["path"]
+            cols = {}
+            for name in self.shards[k]["files"]:
+                col = name.split(".")[-2]
+                cols[col] = np.load(self.folder / f"{path}.{col}.npy", mmap_mode="r", allow_pickle=False)
+            self._open[k] = cols
+        return self._open[k]
+
+    def __getitem__(self, i: int) -> dict:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"instance {i} out of range ({len(self)} {self.split} instances)")
+        i %= len(self)
+        k = int(np.searchsorted(self.ends, i, side="right"))
+        j = i - (int(self.ends[k - 1]) if k else 0)
+        cols = self._columns(k)
+        a, b = int(cols["offsets"][j]), int(cols["offsets"][j + 1])
+        ids = np.asarray(cols["tokens"][a:b])
+        tt = np.zeros(b - a, dtype=np.int8)
+        tt[int(cols["b_start"][j]) :] = 1
+        item = {"input_ids": ids, "token_type_ids": tt, "next_sentence_label": int(cols["nsp"][j])}
+        if "labels" in cols:
+            item["labels"] = np.asarray(cols["labels"][a:b])
+        if "units" in cols:
+            item["unit_ids"] = np.asarray(cols["units"][a:b])
+        return item
+
+    def masked(self, i: int, rng: np.random.Generator) -> dict:
+        """Instance i with input_ids/labels ready for the MLM loss: stored masks (static) or a fresh
+        draw of `mask_tokens` (dynamic: call every epoch with a new rng)."""
+        item = self[i]
+        if "labels" not in item:
+            ids = item["input_ids"]
+            item["input_ids"], item["labels"] = mask_tokens(ids, special_mask_of(ids), item.get("unit_ids"), rng, self.mask_config)
+        return item
+
+
+def open_shards(folder: str | os.PathLike, tokenizer_hash: str | None = None, split: str = "train", verify: bool = True) -> ShardReader:
+    """Open a finished shards folder. Refuses shards made with another tokenizer (when
+    `tokenizer_hash` is given) and, with `verify`, any file whose sha256 differs from the manifest."""
+    folder = Path(folder)
+    m = read_manifest(folder, "shards")
+    if m.get("format_version") not in READ_VERSIONS:
+        raise InputError(
+            f"{folder}: shards format {m.get('format_version')}, this korbert reads formats "
+            f"{', '.join(map(str, READ_VERSIONS))}; rebuild them with this korbert (korbert shards --force ...)"
+        )
+    if tokenizer_hash is not None and m["tokenizer_hash"] != tokenizer_hash:
+        raise ValueError(
+            f"{folder}: shards were made with tokenizer {m['tokenizer_hash'][:12]}, not {tokenizer_hash[:12]}; "
+            "rebuild them with this tokenizer (korbert shards --tokenizer ...)"
+        )
+    if split not in m["shards"]:
+        raise ValueError(f"{folder}: no split {split!r} (have {', '.join(m['shards'])})")
+    if verify:
+        for s in m["shards"][split]:
+            for name, digest in s["files"].items():
+                path = folder / Path(s["path"]).parent / name
+                if sha256_file(path) != digest:
+                    raise ValueError(f"{path}: sha256 differs from manifest.json (corrupt or edited)")
+    return ShardReader(folder, m, split)
+
+
+def _tokenizer_dir(folder: Path) -> Path:
+    if (folder / TOKENIZER_DIR).is_dir():
+        return folder / TOKENIZER_DIR
+    parts = sorted(folder.glob(f"part-*/{TOKENIZER_DIR}"))
+    if not parts:
+        raise FileNotFoundError(f"{folder}: no tokenizer copy")
+    return parts[0]
