@@ -514,7 +514,7 @@ class Trainer:
             inputs = {**{k: mb[k].to(dev, non_blocking=True) for k in MODEL_INPUTS}, "packed": mb["packed"]}
             if self.cfg.compile:  # the number of predicted tokens and of pairs varies: one graph for all
                 for k in ("mlm_positions", "mlm_labels", "nsp_positions", "nsp_labels"):
-                    torch._dynamo.mark_dynamic(inputs[k], 0)
+                    torch._dynamo.maybe_mark_dynamic(inputs[k], 0)  # (a size of 0 or 1 may specialize: no error)
             self.shapes.add(tuple(inputs["input_ids"].shape))
             sync = contextlib.nullcontext() if dist.world == 1 or i == len(micro) - 1 else self.wrapped.no_sync()
             with sync:
