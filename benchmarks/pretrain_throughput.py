@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
 from corpus_tools.shard_format import open_shards  # noqa: E402
-from korbert.data import BatchPlan, PretrainingDataset, collate, instance_lengths  # noqa: E402
+from korbert.data import BatchPlan, PretrainingDataset, instance_lengths  # noqa: E402
 from korbert.model import KorBertForPreTraining, bert_config, step_flops  # noqa: E402
 from korbert.pretrain import MODEL_INPUTS  # noqa: E402
 

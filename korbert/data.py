@@ -136,7 +136,7 @@ class BatchPlan:
             return list(ids.reshape(-1, r))
         # token budget without packing: rows are length-sorted runs; take rows while the batch's
         # padded size (rows rounded up to the parts x padded length) fits the budget
-        budget, parts, out, start = self.tokens_per_step, self.parts, [], 0
+        budget, out, start = self.tokens_per_step, [], 0
         lens = row_len.tolist()
         while start < n_rows:
             longest, end = 0, start

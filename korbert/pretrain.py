@@ -329,10 +329,10 @@ class Trainer:
         self._build_model(state)
 
         # -- data
-        self._build_data(train, valid, state["state"]["step"] if state else 0)
-        self.step_no = state["state"]["step"] if state else 0
-        self.tokens = state["state"]["tokens"] if state else 0
-        self.seconds = state["state"]["seconds"] if state else 0.0  # agreed training time (rank 0's)
+        where = state["state"] if state else {"step": 0, "tokens": 0, "seconds": 0.0}
+        self._build_data(train, valid, where["step"])
+        # seconds: the agreed training time (rank 0's), which --max-minutes counts
+        self.step_no, self.tokens, self.seconds = where["step"], where["tokens"], where["seconds"]
         if state is not None:
             _set_rng_state(state["rng"][dist.rank], dev)
             if dist.main:
