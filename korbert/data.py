@@ -113,13 +113,13 @@ class BatchPlan:
             chunk = order[i : i + self.mega]
             if self.pack:
                 rows = pack_rows(chunk, self.lengths, self.max_len)
-                items += [np.asarray(r, np.int64) for r in rows]
-                sizes += [len(r) for r in rows]
+                items.append(np.asarray([i for r in rows for i in r], np.int64))
+                sizes.append(np.asarray([len(r) for r in rows], np.int64))
             else:
                 items.append(chunk[np.argsort(self.lengths[chunk], kind="stable")])  # one instance per row
                 sizes.append(np.ones(len(chunk), np.int64))
         items_arr = np.concatenate(items)
-        row_ptr = np.concatenate(([0], np.cumsum(np.asarray(sizes, np.int64) if self.pack else np.concatenate(sizes))))
+        row_ptr = np.concatenate(([0], np.cumsum(np.concatenate(sizes))))
         row_len = np.add.reduceat(self.lengths[items_arr], row_ptr[:-1]) if len(items_arr) else np.zeros(0, np.int64)
         batches = self._cut(row_len)
         batches = [batches[j] for j in rng.permutation(len(batches))]

@@ -46,14 +46,18 @@ def losses(out) -> list[float]:
 
 def _run_cli(args: list[str], env: dict | None = None, nproc: int = 0) -> subprocess.CompletedProcess:
     e = {**os.environ, **(env or {})}
-    if nproc:
+    if not nproc:
+        return subprocess.run([sys.executable, "-m", "korbert.pretrain", *args], env=e, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    for _ in range(3):  # the free port picked here can be taken before torchrun binds it: try another
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={port}", "-m", "korbert.pretrain", *args]
-    else:
-        cmd = [sys.executable, "-m", "korbert.pretrain", *args]
-    return subprocess.run(cmd, env=e, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1", f"--master_port={port}",
+               "-m", "korbert.pretrain", *args]
+        p = subprocess.run(cmd, env=e, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        if "address already in use" not in p.stderr.lower():
+            return p
+    return p
 
 
 def _args(c: PretrainConfig) -> list[str]:
