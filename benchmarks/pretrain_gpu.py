@@ -49,9 +49,10 @@ def run_korbert(a, size: str, compiled: bool, workdir: Path) -> dict:
         torch.cuda.reset_peak_memory_stats()
     out = workdir / f"korbert-{size}-{'compiled' if compiled else 'eager'}"
     t = time.time()
+    third = max(1, a.steps // 3)  # three log intervals; the last one is the steady state
     pretrain(PretrainConfig(
-        shards=a.shards, out=str(out), model_size=size, tokens_per_batch=a.tokens_per_batch, pack=True, max_steps=a.steps,
-        log_every=a.steps // 3, eval_every=0, eval_instances=64, save_every=10**9, device=a.device, compile=compiled,
+        shards=a.shards, out=str(out), model_size=size, tokens_per_batch=a.tokens_per_batch, pack=True, max_steps=3 * third,
+        log_every=third, eval_every=0, eval_instances=64, save_every=10**9, device=a.device, compile=compiled,
         lr=1e-4, force=True, num_workers=a.workers,
     ))
     last = json.loads((out / "log.jsonl").read_text().splitlines()[-1])
@@ -59,7 +60,7 @@ def run_korbert(a, size: str, compiled: bool, workdir: Path) -> dict:
         "tokens_per_s": last["tokens_per_s"], "mfu": last.get("mfu"), "model_tflops_per_s": last["tflops"], "padding_share": last["padding"],
         "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if a.device == "cuda" else None,
         "compiled_graphs": last.get("compiled_graphs"), "wall_seconds_with_setup": round(time.time() - t, 1),
-        "tokens_per_step": a.tokens_per_batch, "steady_steps": a.steps - 2 * (a.steps // 3),
+        "tokens_per_step": a.tokens_per_batch, "steady_steps": third,
     }
 
 

@@ -73,7 +73,7 @@ from corpus_tools.shard_format import (
     CLS, FORMAT_VERSION, IGNORE, MASK, SEP, SPLITS, TOKENIZER_DIR, UNK, MaskConfig, _ShardWriter, _tokenizer_dir,
     mask_stats, mask_tokens, open_shards, shard_columns,
 )
-from corpus_tools.shard_format import ShardReader, first_normal_id  # noqa: F401  (imported from here: korbert.data, tests)
+from corpus_tools.shard_format import ShardReader, first_normal_id  # noqa: F401  (still importable from here, as before the move)
 from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_documents
 
 SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"

@@ -102,8 +102,9 @@ class BatchPlan:
         self._cache: dict[int, tuple] = {}
 
     # -- one epoch
-    def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """(items, row_ptr, batches): row r = items[row_ptr[r]:row_ptr[r+1]]; a batch = row ids (-1: empty row)."""
+    def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+        """(items, row_ptr, row_len, batches): row r = items[row_ptr[r]:row_ptr[r+1]], row_len[r] tokens;
+        a batch = row ids (-1: empty row)."""
         if epoch in self._cache:
             return self._cache[epoch]
         rng = np.random.default_rng([self.seed, epoch, 0x6261])
@@ -125,7 +126,7 @@ class BatchPlan:
         batches = [batches[j] for j in rng.permutation(len(batches))]
         if len(self._cache) >= 2:  # the sampler runs ahead of the loop: keep this epoch and the one before
             self._cache.pop(min(self._cache))
-        self._cache[epoch] = (items_arr, row_ptr, batches)
+        self._cache[epoch] = (items_arr, row_ptr, row_len, batches)
         return self._cache[epoch]
 
     def _cut(self, row_len: np.ndarray) -> list[np.ndarray]:
@@ -169,18 +170,19 @@ class BatchPlan:
         """(epoch, index of the global batch within the epoch) of global batch `step`."""
         while self._steps_before[-1] <= step:
             e = len(self._steps_before) - 1
-            self._steps_before.append(self._steps_before[-1] + len(self._epoch(e)[2]))
+            self._steps_before.append(self._steps_before[-1] + len(self._epoch(e)[3]))
         e = int(np.searchsorted(self._steps_before, step, side="right")) - 1
         return e, step - self._steps_before[e]
 
     def __call__(self, step: int) -> tuple[int, list[np.ndarray], int]:
         """(epoch, rows: instance indices per row (empty arrays: padding rows), padded length)."""
         epoch, j = self.locate(step)
-        items, row_ptr, batches = self._epoch(epoch)
+        items, row_ptr, row_len, batches = self._epoch(epoch)
         empty = np.zeros(0, np.int64)
-        rows = [items[row_ptr[r] : row_ptr[r + 1]] if r >= 0 else empty for r in batches[j].tolist()]
-        longest = max((int(self.lengths[r].sum()) for r in rows), default=1)
-        return epoch, rows, self.padded_len(longest)
+        ids = batches[j]
+        rows = [items[row_ptr[r] : row_ptr[r + 1]] if r >= 0 else empty for r in ids.tolist()]
+        real = ids[ids >= 0]
+        return epoch, rows, self.padded_len(int(row_len[real].max()) if len(real) else 1)
 
     def token_stats(self, step: int) -> tuple[int, int]:
         """(non-padding tokens, sum over instances of length^2: the attention's work) of global batch

@@ -57,6 +57,10 @@ class PretrainingOutput:
     nsp_correct: torch.Tensor
     nsp_count: torch.Tensor
 
+    def totals(self) -> torch.Tensor:
+        """float64 [6]: mlm loss sum/correct/count, nsp loss sum/correct/count (summed over batches for logs and evals)."""
+        return torch.stack([self.mlm_loss_sum, self.mlm_correct, self.mlm_count, self.nsp_loss_sum, self.nsp_correct, self.nsp_count]).double()
+
 
 class KorBertForPreTraining(BertForPreTraining):
     """BertForPreTraining whose `pretraining_forward` predicts the masked positions only.

@@ -237,7 +237,7 @@ def evaluate(model, batches: list[dict], device, autocast) -> dict:
     with torch.no_grad(), autocast():
         for b in batches:
             o = model(**{k: b[k].to(device, non_blocking=True) for k in MODEL_INPUTS}, packed=b["packed"], sparse=True)
-            tot += torch.stack([o.mlm_loss_sum, o.mlm_correct, o.mlm_count, o.nsp_loss_sum, o.nsp_correct, o.nsp_count]).double()
+            tot += o.totals()
     model.train(was_training)
     ml, mc, mn, nl, nc, nn_ = tot.tolist()
     return {"mlm_loss": ml / max(mn, 1), "mlm_acc": mc / max(mn, 1), "nsp_loss": nl / max(nn_, 1), "nsp_acc": nc / max(nn_, 1), "instances": int(nn_)}
@@ -460,19 +460,16 @@ class Trainer:
         budget = {"tokens_per_step": cfg.tokens_per_batch} if cfg.tokens_per_batch else {"rows_per_step": cfg.batch_size * parts}
         lengths = instance_lengths(train)
 
-        def make_plan() -> BatchPlan:
-            return BatchPlan(lengths, cfg.seed, max_len, pack=cfg.pack, parts=parts, buckets=cfg.compile, **budget)
-
         try:
-            plan = make_plan()
+            # one plan for the sampler (which runs ahead: prefetch) and the loop (token counts); it keeps two epochs
+            self.plan = BatchPlan(lengths, cfg.seed, max_len, pack=cfg.pack, parts=parts, buckets=cfg.compile, **budget)
         except ValueError as e:
             raise InputError(f"--shards {cfg.shards}: {e}") from None
-        self.plan = plan  # the loop's (token counts); the sampler has its own copy: it runs ahead (prefetch)
         self.global_batch = f"{cfg.tokens_per_batch} tokens" if cfg.tokens_per_batch else f"{cfg.batch_size * parts} rows"
         workers = cfg.num_workers if cfg.num_workers >= 0 else (4 if self.cuda else 1)
         self.loader = torch.utils.data.DataLoader(
             PretrainingDataset(train, cfg.seed, cfg.pack),
-            sampler=StepSampler(make_plan(), start, 10**12, dist.world, dist.rank, cfg.grad_accum), batch_size=None,
+            sampler=StepSampler(self.plan, start, 10**12, dist.world, dist.rank, cfg.grad_accum), batch_size=None,
             num_workers=workers, pin_memory=self.cuda, persistent_workers=False, prefetch_factor=4 if workers else None,
             generator=torch.Generator(),  # keeps the loader from drawing on the global RNG (exact resume)
         )
@@ -521,7 +518,7 @@ class Trainer:
                 with self.autocast():
                     o = self.wrapped(**inputs, sparse=True, mlm_norm=mlm_norm, nsp_norm=nsp_norm)
                 o.loss.backward()
-            self.stats[:6] += torch.stack([o.mlm_loss_sum, o.mlm_correct, o.mlm_count, o.nsp_loss_sum, o.nsp_correct, o.nsp_count]).double()
+            self.stats += o.totals()
             self.padded += inputs["input_ids"].numel()
         if dist.world == 1:
             self.seconds = self.clock
@@ -541,7 +538,6 @@ class Trainer:
         self.interval_tokens += tokens
         self.interval_attended += attended
         self.step_no += 1
-        self.steps_interval += 1
 
     def interval(self, done: bool) -> None:
         """At a log step: one log line, the held-out eval when due, the checkpoint when due."""
@@ -616,7 +612,7 @@ class Trainer:
 
     def _reset_interval(self) -> None:
         self.stats.zero_()
-        self.interval_tokens = self.interval_attended = self.padded = self.steps_interval = 0
+        self.interval_tokens = self.interval_attended = self.padded = 0
         self.t_interval = time.time()
 
     @property
