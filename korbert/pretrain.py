@@ -651,7 +651,7 @@ class Trainer:
         if self.tb is not None:
             self.tb.close()
         if dist.world > 1:
-            print(f"pretrain: rank {dist.rank} stopped at step {self.step_no}", file=sys.stderr)
+            sys.stderr.write(f"pretrain: rank {dist.rank} stopped at step {self.step_no}\n")  # one write: ranks share the pipe
 
     def result(self) -> dict:
         cfg, sm = self.cfg, self.shards_manifest
