@@ -71,7 +71,7 @@ from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, file_record, read_manifest, sha256_file, write_manifest
 from corpus_tools.shard_format import (
     CLS, FORMAT_VERSION, IGNORE, MASK, SEP, SPLITS, TOKENIZER_DIR, UNK, MaskConfig, _ShardWriter, _tokenizer_dir,
-    mask_stats, mask_tokens, open_shards, shard_columns,
+    mask_stats, mask_tokens, open_shards, shard_columns, special_mask_of,
 )
 from corpus_tools.shard_format import ShardReader, first_normal_id  # noqa: F401  (still importable from here, as before the move)
 from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_documents
@@ -101,6 +101,12 @@ class ShardsConfig:
         "split", "a chunk of one sentence: split: cut it at a random eojeol (else morpheme) boundary into A + B, "
         "50%% IsNext; random: always NotNext with a random B (BERT)", choices=["split", "random"],
     )
+    instances: str = C.field(
+        "document", "document: BERT's instances, each from one document; packed: consecutive sentences across document "
+        "boundaries ([SEP] between documents) fill every instance up to max_seq_len (RoBERTa / Cramming)",
+        choices=["document", "packed"],
+    )
+    nsp: bool = C.field(True, "NSP pairs: segments A + B and an IsNext label; --no-nsp (with --instances packed): one segment per instance, no label, for --objective mlm")
     valid_fraction: float = C.field(0.01, "share of documents held out for validation (by a hash of position and seed)")
     docs_per_shard: int = C.field(50_000, "input documents per shard (the unit of resume)")
     pool_tokens: int = C.field(1_000_000, "tokens of recent documents kept to draw random B segments from")
@@ -263,6 +269,139 @@ def build_instance(
 
 
 # ---------------------------------------------------------------------------------------------
+# Packed instances: documents joined into one stream per split and shard
+# ---------------------------------------------------------------------------------------------
+
+PACK_GROUP = 32  # --instances packed with NSP: documents are joined into groups of >= 32 instances' worth of tokens
+
+
+def _join(docs: list[_Doc]) -> _Doc:
+    """One document made of several: a [SEP] opens the first sentence of every document after the
+    first (it shares that token's units, so no cut falls between them). Unit ids are shifted to
+    stay increasing across documents."""
+    v = _Doc.__new__(_Doc)
+    ids, starts, cols = [], [0], {"units": [], "eojeol": [], "morpheme": []}
+    n, base = 0, 0
+    for k, d in enumerate(docs):
+        sep = k > 0
+        if sep:
+            ids.append(np.array([SEP], dtype=d.ids.dtype))
+        ids.append(d.ids)
+        for name, arrs in cols.items():
+            u = getattr(d, name)
+            if u is not None:
+                u = u.astype(np.int64) + base
+                arrs.append(np.concatenate((u[:1], u)) if sep else u)
+        starts.extend(st + n + sep for st in d.starts[1:])
+        n += len(d.ids) + sep
+        base += max(int(d.eojeol[-1]), int(d.morpheme[-1]), int(d.units[-1]) if d.units is not None else 0) + 1
+    v.ids = np.concatenate(ids)
+    v.starts, v.sentences, v.replaced = starts, len(starts) - 1, 0
+    v.units = np.concatenate(cols["units"]) if cols["units"] else None
+    v.eojeol, v.morpheme = np.concatenate(cols["eojeol"]), np.concatenate(cols["morpheme"])
+    return v
+
+
+class _Packer:
+    """The packed instances of one split of one shard. Documents arrive in order; every instance
+    is filled with consecutive sentences up to max_seq_len, across document boundaries.
+
+    Without NSP: [CLS] sentences [SEP], a [SEP] between documents, one segment, no label (-1).
+    Every token of every document is in exactly one instance, in order: a sentence that does not
+    fit the room left starts the next instance, and one longer than an instance is cut token-wise.
+    With NSP: documents are joined (`_join`) into groups of at least PACK_GROUP instances' worth of
+    tokens and BERT's recipe (`document_pairs`) runs on each group as on one document: A/B cut at a
+    random sentence (or document) boundary, B the true continuation or a random span of an earlier
+    group. A [SEP] that would open or close A or B is dropped (the pair's own [SEP]s separate them)."""
+
+    def __init__(self, cfg: ShardsConfig, dtypes: tuple[str, str], counts: Counter):
+        self.cfg, self.dtypes, self.counts = cfg, dtypes, counts
+        self.budget = cfg.max_seq_len - (3 if cfg.nsp else 2)
+        self.ids: list[np.ndarray] = []  # no NSP: the current instance's pieces
+        self.units: list[np.ndarray] = []
+        self.n = 0
+        self.base = 0  # no NSP: unit ids shifted per document so documents never share one
+        self.group: list[_Doc] = []  # NSP: documents waiting for their group to fill
+        self.group_tokens = 0
+        self.pool: deque = deque()  # NSP: earlier groups, for random B segments
+        self.pool_tokens = 0
+
+    def add(self, doc: _Doc, rng) -> list[tuple]:
+        """-> finished instances [(ids, units, b_start, nsp)]."""
+        if self.cfg.nsp:
+            self.group.append(doc)
+            self.group_tokens += len(doc.ids) + 1
+            return self._pairs(rng) if self.group_tokens >= PACK_GROUP * self.budget else []
+        out = []
+        units = None if doc.units is None else doc.units.astype(np.int64) + self.base
+        if units is not None:
+            self.base = int(units[-1]) + 1
+        first = True  # the document's first token is still to place
+        for s in range(doc.sentences):
+            a, b = doc.starts[s], doc.starts[s + 1]
+            while a < b:
+                sep = first and self.n > 0  # a document boundary inside the instance
+                room = self.budget - self.n - sep
+                if b - a > room and self.n > 0 and (b - a <= self.budget or room <= 0):
+                    out.append(self._emit())  # the sentence goes whole into the next instance
+                    continue
+                take = min(b - a, room)  # all of it, or (longer than an instance) as much as fits
+                if sep:
+                    self.ids.append(np.array([SEP], dtype=doc.ids.dtype))
+                    self.units.append(np.array([-1]))
+                    self.n += 1
+                    self.counts["document_separators"] += 1
+                self.ids.append(doc.ids[a : a + take])
+                self.units.append(units[a : a + take] if units is not None else np.zeros(take, np.int64))
+                self.n += take
+                a += take
+                first = False
+                if self.n == self.budget:
+                    out.append(self._emit())
+        return out
+
+    def finish(self, rng) -> list[tuple]:
+        if self.cfg.nsp:
+            return self._pairs(rng) if self.group else []
+        return [self._emit()] if self.n else []
+
+    def _emit(self) -> tuple:
+        ids_dtype, units_dtype = self.dtypes
+        inner = np.concatenate(self.ids)
+        ids = np.empty(len(inner) + 2, dtype=ids_dtype)
+        ids[0], ids[-1], ids[1:-1] = CLS, SEP, inner
+        u = np.concatenate(self.units)
+        runs = np.cumsum(np.r_[0, u[1:] != u[:-1]])  # compact: 0, 1, ... per run of equal unit ids
+        units = np.full(len(ids), -1, dtype=units_dtype)
+        units[1:-1] = np.where(u < 0, -1, runs)
+        self.ids, self.units, self.n = [], [], 0
+        return ids, (units if self.cfg.mask_unit != "token" else None), len(ids), -1
+
+    def _pairs(self, rng) -> list[tuple]:
+        v = _join(self.group)
+        self.group, self.group_tokens = [], 0
+        out = []
+        split_single = self.cfg.single_sentence == "split"
+        for a0, a1, other, b0, b1, nsp in document_pairs(v, self.pool, rng, self.budget, self.cfg.short_seq_prob, self.counts, split_single):
+            if a1 > a0:  # truncation may leave a separator at either end of a segment
+                a0 += bool(v.ids[a0] == SEP)
+                a1 -= bool(a1 > a0 and v.ids[a1 - 1] == SEP)
+            if b1 > b0:
+                b0 += bool(other.ids[b0] == SEP)
+                b1 -= bool(b1 > b0 and other.ids[b1 - 1] == SEP)
+            if a1 <= a0 or b1 <= b0:  # a segment was only the [SEP]
+                self.counts["empty_segment_dropped"] += 1
+                continue
+            ids, units = build_instance(v, a0, a1, other, b0, b1, *self.dtypes)
+            out.append((ids, units, a1 - a0 + 2, nsp))
+        self.pool.append(v)
+        self.pool_tokens += len(v.ids)
+        while self.pool_tokens > self.cfg.pool_tokens and len(self.pool) > 1:
+            self.pool_tokens -= len(self.pool.popleft().ids)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
 # Writing shards (the columns themselves: corpus_tools/shard_format.py)
 # ---------------------------------------------------------------------------------------------
 
@@ -282,7 +421,7 @@ class _DocRng:
         self.seed, self.bits = seed, np.random.PCG64(0)
         self.gen = np.random.Generator(self.bits)
 
-    def __call__(self, index: int) -> np.random.Generator:
+    def __call__(self, index: int | str) -> np.random.Generator:
         h = hashlib.blake2b(f"rng:{self.seed}:{index}".encode(), digest_size=32).digest()
         state = {"state": int.from_bytes(h[:16], "little"), "inc": int.from_bytes(h[16:], "little") | 1}
         self.bits.state = {"bit_generator": "PCG64", "state": state, "has_uint32": 0, "uinteger": 0}
@@ -302,6 +441,8 @@ class _Chunk:
         self.docs = Counter()  # documents_in, documents_used, sentences, document_tokens
         self.skipped, self.first_skip = Counter(), {}
         self.rng = _DocRng(cfg.seed)
+        self.dtypes = columns["tokens"], columns.get("units", "int16")  # static: units only steer the masks
+        self.packers = {s: _Packer(cfg, self.dtypes, self.counts[s]) for s in SPLITS} if cfg.instances == "packed" else {}
 
     def skip(self, reason: str, where: str) -> None:
         if self.cfg.strict:
@@ -311,13 +452,11 @@ class _Chunk:
 
     def add(self, batch: list[tuple[int, str, str, str]], encs: list[dict]) -> None:
         """batch: [(document index, where, split, cleaned text)]; encs: tok.encode_documents(texts)."""
-        cfg, mcfg = self.cfg, self.mcfg
+        cfg = self.cfg
         static = cfg.masking == "static"
         copies = cfg.dupe_factor if static else 1
         max_tokens, split_single = cfg.max_seq_len - 3, cfg.single_sentence == "split"
-        dtypes = self.columns["tokens"], self.columns.get("units", "int16")  # static: units only steer the masks
-        out = {s: {"tokens": [], "units": [], "labels": [], "b_start": [], "nsp": []} for s in SPLITS}
-        seen = {s: ([], [], []) for s in SPLITS}  # masked inputs, labels, special masks: for the statistics
+        out = self._new_columns()
         for (g, where, split, _), enc in zip(batch, encs):
             if len(enc["ids"]) == 0:
                 self.skip("no_tokens", where)
@@ -326,44 +465,65 @@ class _Chunk:
             self.docs["documents_used"] += 1
             self.docs["sentences"] += doc.sentences
             self.docs["document_tokens"] += len(doc.ids)
-            counts, cols, pool = self.counts[split], out[split], self.pools[split]
+            counts, pool = self.counts[split], self.pools[split]
             counts["documents"] += 1
             counts["special_ids_in_text"] += doc.replaced
             rng = self.rng(g)
             measure = static or g % DYNAMIC_STATS_EVERY == 0
+            if self.packers:
+                for inst in self.packers[split].add(doc, rng):
+                    self._put(out, split, *inst, rng, measure)
+                continue
             for _ in range(copies):
                 for a0, a1, other, b0, b1, nsp in document_pairs(doc, pool, rng, max_tokens, cfg.short_seq_prob, counts, split_single):
-                    ids, units = build_instance(doc, a0, a1, other, b0, b1, *dtypes)
-                    if measure:  # static: the masks written; dynamic: one draw, for the statistics only
-                        special = np.zeros(len(ids), dtype=bool)
-                        special[[0, a1 - a0 + 1, -1]] = True
-                        masked, labels = mask_tokens(ids, special, units, rng, mcfg)
-                        for lst, x in zip(seen[split], (masked, labels, special)):
-                            lst.append(x)
-                    cols["tokens"].append(masked if static else ids)
-                    cols["labels"].append(labels if static else None)
-                    cols["units"].append(units)
-                    cols["b_start"].append(a1 - a0 + 2)
-                    cols["nsp"].append(nsp)
+                    ids, units = build_instance(doc, a0, a1, other, b0, b1, *self.dtypes)
+                    self._put(out, split, ids, units, a1 - a0 + 2, nsp, rng, measure)
             pool.append(doc)
             self.pool_tokens[split] += len(doc.ids)
             while self.pool_tokens[split] > cfg.pool_tokens and len(pool) > 1:
                 self.pool_tokens[split] -= len(pool.popleft().ids)
+        self._write(out)
+
+    def _new_columns(self) -> dict:
+        return {s: {"tokens": [], "units": [], "labels": [], "b_start": [], "nsp": [], "seen": ([], [], [])} for s in SPLITS}
+
+    def _put(self, out: dict, split: str, ids, units, b_start: int, nsp: int, rng, measure: bool) -> None:
+        cols = out[split]
+        static = self.cfg.masking == "static"
+        if measure:  # static: the masks written; dynamic: one draw, for the statistics only
+            special = special_mask_of(ids)  # [CLS], the [SEP]s (document text never holds these ids: see _Doc)
+            masked, labels = mask_tokens(ids, special, units, rng, self.mcfg)
+            for lst, x in zip(cols["seen"], (masked, labels, special)):
+                lst.append(x)
+        cols["tokens"].append(masked if static else ids)
+        cols["labels"].append(labels if static else None)
+        cols["units"].append(units)
+        cols["b_start"].append(b_start)
+        cols["nsp"].append(nsp)
+
+    def _write(self, out: dict) -> None:
         for split, cols in out.items():
             if not cols["tokens"]:
                 continue
-            counts = self.counts[split]
+            counts, seen = self.counts[split], cols.pop("seen")
             counts["instances"] += len(cols["nsp"])
-            counts["random_next"] += sum(cols["nsp"])
+            counts["random_next"] += sum(x > 0 for x in cols["nsp"])
             counts["tokens"] += sum(map(len, cols["tokens"]))
-            if seen[split][0]:
-                counts.update(mask_stats(*(np.concatenate(x) for x in seen[split]), mcfg.mask_id))
+            if seen[0]:
+                counts.update(mask_stats(*(np.concatenate(x) for x in seen), self.mcfg.mask_id))
             if split not in self.writers:
                 name = f"{split}-{self.index:05d}"
                 self.writers[split] = _ShardWriter(self.folder, name, self.columns)
             self.writers[split].append(cols)
 
     def close(self) -> dict:
+        if self.packers:  # the instances still open at the end of the shard
+            out = self._new_columns()
+            rng = self.rng(f"end-{self.index}")
+            for split, packer in self.packers.items():
+                for inst in packer.finish(rng):
+                    self._put(out, split, *inst, rng, self.cfg.masking == "static")
+            self._write(out)
         shards = {s: w.close() for s, w in self.writers.items()}
         return {
             "documents": dict(self.docs),
@@ -388,6 +548,8 @@ def _check(cfg: ShardsConfig) -> None:
         (cfg.dupe_factor < 1, "--dupe-factor must be >= 1"),
         (cfg.docs_per_shard < 1 or cfg.batch_docs < 1, "--docs-per-shard and --batch-docs must be >= 1"),
         (cfg.num_parts < 1 or not 0 <= cfg.part < cfg.num_parts, f"--part must be in 0..{cfg.num_parts - 1}"),
+        (cfg.instances == "packed" and cfg.masking == "static", "--instances packed needs --masking dynamic (static copies are not packed)"),
+        (not cfg.nsp and cfg.instances != "packed", "--no-nsp needs --instances packed (a document's instances without NSP: pack them)"),
     ]
     for bad, msg in problems:
         if bad:
@@ -424,32 +586,34 @@ def _shard_files(folder: Path) -> list[Path]:
 _SPLIT_INTS = (
     "documents", "instances", "tokens", "random_next", "forced_random_next", "single_sentence_split",
     "single_sentence_split_by_morpheme", "single_sentence_suffix_dropped_tokens", "isnext_fallback", "unpaired_chunks",
-    "truncated", "special_ids_in_text",
+    "truncated", "special_ids_in_text", "document_separators", "empty_segment_dropped",
 )
 _MASK_INTS = ("candidate_tokens", "masked", "as_mask", "as_random", "as_keep")
 
 
-def _split_summary(c: Counter) -> dict:
-    """Integer counts of one split -> the manifest's counts, shares included."""
+def _split_summary(c: Counter, nsp: bool = True) -> dict:
+    """Integer counts of one split -> the manifest's counts, shares included (no NSP: no IsNext shares)."""
     n, free, m = c["instances"], c["instances"] - c["forced_random_next"], c["masked"]
-    share = lambda x, y: round(x / y, 4) if y else None  # noqa: E731
+    share = lambda x, y: round(x / y, 4) if y and nsp else None  # noqa: E731
+    mshare = lambda x, y: round(x / y, 4) if y else None  # noqa: E731
     return {
         **{k: c[k] for k in _SPLIT_INTS},
-        "isnext": n - c["random_next"],
+        "tokens_per_instance": round(c["tokens"] / n, 2) if n else None,
+        "isnext": n - c["random_next"] if nsp else None,
         "isnext_share": share(n - c["random_next"], n),
         "isnext_share_when_free": share(n - c["random_next"], free),  # leaving out the chunks forced to NotNext
         "forced_random_next_share": share(c["forced_random_next"], n),
         "masking": {
             **{k: c[k] for k in _MASK_INTS},
-            "masked_share": share(m, c["candidate_tokens"]),  # of non-special tokens
-            "mask_share": share(c["as_mask"], m),
-            "random_share": share(c["as_random"], m),
-            "keep_share": share(c["as_keep"], m),
+            "masked_share": mshare(m, c["candidate_tokens"]),  # of non-special tokens
+            "mask_share": mshare(c["as_mask"], m),
+            "random_share": mshare(c["as_random"], m),
+            "keep_share": mshare(c["as_keep"], m),
         },
     }
 
 
-def _summarize(chunks: list[dict], skipped: Counter, first: dict) -> dict:
+def _summarize(chunks: list[dict], skipped: Counter, first: dict, nsp: bool = True) -> dict:
     """Totals over chunk records (+ the reader's own skips): documents in = used + skipped, always."""
     docs, skipped, first = Counter(documents_in=sum(skipped.values())), Counter(skipped), dict(first)
     splits = {s: Counter() for s in SPLITS}
@@ -469,7 +633,7 @@ def _summarize(chunks: list[dict], skipped: Counter, first: dict) -> dict:
         "first_skip_at": dict(sorted(first.items())),
         "sentences": docs["sentences"],
         "document_tokens": docs["document_tokens"],
-        **{s: _split_summary(c) for s, c in splits.items()},
+        **{s: _split_summary(c, nsp) for s, c in splits.items()},
     }
 
 
@@ -518,6 +682,9 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
     if cfg.masking == "dynamic":
         config["dupe_factor"] = 1
     ident = {k: v for k, v in config.items() if k != "batch_docs"}
+    for k, default in (("instances", "document"), ("nsp", True)):  # options added later: at their defaults the key is as before
+        if ident[k] == default:
+            del ident[k]
     key = hashlib.sha256(json.dumps([ident, tm["tokenizer_hash"], inputs, FORMAT_VERSION], sort_keys=True).encode()).hexdigest()
 
     try:
@@ -602,7 +769,7 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
     chunks = [progress["chunks"][k] for k in sorted(progress["chunks"], key=int)]
     # the reader's own skips (undecodable lines, malformed JSON) happen in every part: part 0 counts them
     reader_skips = (stats.skipped, stats.examples) if cfg.part == 0 else (Counter(), {})
-    counts = {"files": len(files), "bytes": stats.bytes, **_summarize(chunks, *reader_skips)}
+    counts = {"files": len(files), "bytes": stats.bytes, **_summarize(chunks, *reader_skips, cfg.nsp)}
     counts["masking_measured_on"] = (
         "every instance as written" if cfg.masking == "static"
         else f"one mask_tokens draw on the instances of every {DYNAMIC_STATS_EVERY}th document"
@@ -634,13 +801,19 @@ def report(folder: Path, m: dict, seconds: float) -> None:
         nsp = f"{tr['forced_random_next']} one-morpheme chunks forced to NotNext, {tr['single_sentence_split']} one-sentence chunks split in two"
     else:
         nsp = f"{tr['forced_random_next']} one-sentence chunks forced to NotNext"
+    cfg = m["config"]
+    mode = f"{cfg.get('instances', 'document')} instances, {tr.get('tokens_per_instance')} tokens each on average"
+    pairs = (
+        f"IsNext {tr['isnext_share']} of all pairs ({tr['isnext_share_when_free']} of those free to be either; {nsp})"
+        if cfg.get("nsp", True) else "no NSP (one segment per instance)"
+    )
     print(
         f"shards: {tr['instances']} training / {c['valid']['instances']} validation instances "
         f"({tr['tokens']} / {c['valid']['tokens']} tokens) in {len(m['shards']['train'])} + {len(m['shards']['valid'])} shards\n"
         f"  documents: {c['documents_in']} in = {c['documents_used']} used + {skipped} skipped"
         f"{': ' + str(c['documents_skipped']) if skipped else ''}"
         f"{' (first at ' + str(c['first_skip_at']) + ')' if skipped else ''}\n"
-        f"  IsNext {tr['isnext_share']} of all pairs ({tr['isnext_share_when_free']} of those free to be either; {nsp}); "
+        f"  {mode}; {pairs}; "
         f"masked {mk['masked_share']} of non-special tokens, as [MASK]/random/kept {mk['mask_share']}/{mk['random_share']}/{mk['keep_share']}"
         f" ({m['config']['masking']} masking, by {m['config']['mask_unit']})\n"
         f"  {seconds:.1f}s -> {folder} (tokenizer {m['tokenizer_hash'][:12]})"
@@ -658,11 +831,13 @@ def show(folder: str | os.PathLike, n: int, split: str = "train") -> None:
     rng = np.random.default_rng(0)
     for i in range(min(n, len(reader))):
         item = reader.masked(i, rng)
-        ids, labels, b = item["input_ids"], item["labels"], int(np.argmax(item["token_type_ids"]))
-        nsp = "IsNext" if item["next_sentence_label"] == 0 else "NotNext (random B)"
+        ids, labels, tt = item["input_ids"], item["labels"], item["token_type_ids"]
+        b = int(np.argmax(tt)) if tt.any() else len(ids)
+        nsp = {0: "IsNext", 1: "NotNext (random B)"}.get(item["next_sentence_label"], "no NSP label")
         print(f"[{split} {i}] {nsp}, {len(ids)} tokens, {int((labels != IGNORE).sum())} to predict ({reader.masking} masking)")
         print(f"  A: {tok.decode(ids[:b].tolist())}")
-        print(f"  B: {tok.decode(ids[b:].tolist())}")
+        if b < len(ids):
+            print(f"  B: {tok.decode(ids[b:].tolist())}")
         targets = [f"{tok.convert_ids_to_tokens(int(labels[p]))}" for p in np.flatnonzero(labels != IGNORE)]
         print(f"  targets: {' '.join(targets)}")
 
@@ -727,7 +902,7 @@ def _merge_counts(all_counts: list[dict]) -> dict:
         for c in all_counts:
             total.update({k: c[s].get(k, 0) for k in _SPLIT_INTS})
             total.update({k: c[s]["masking"][k] for k in _MASK_INTS})
-        out[s] = _split_summary(total)
+        out[s] = _split_summary(total, all_counts[0][s].get("isnext") is not None or not all_counts[0][s]["instances"])
     return out
 
 

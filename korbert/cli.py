@@ -7,6 +7,10 @@
     korbert pretrain  shards -> BERT (MLM + NSP) with checkpoints/resume -> an exported final/ folder
     korbert eval      fine-tune and score a model: `korbert eval nsmc|korquad|baseline ...`
     korbert run       the whole recipe: corpus -> vocab -> shards -> pretrain -> NSMC + KorQuAD -> report
+    korbert fill-mask top-k completions of each [MASK] in a text or a pair
+    korbert embed     a file of texts -> sentence (and token/morpheme/eojeol) vectors: .npy + .jsonl index
+    korbert attention a PNG grid of every layer x head, an HTML viewer and the raw attention as JSON
+    korbert serve     an HTTP JSON embedding / fill-mask service with dynamic batching
 
 `korbert SUBCOMMAND --help` explains each one's options.
 """
@@ -82,9 +86,34 @@ def _tokenize(argv: list[str]) -> None:
                 print(f"  {r['id']:>6}  {r['start']:>4}-{r['end']:<4} {r['token']!s:<12} {r['text']!r}")
 
 
+def _fill_mask(argv: list[str]) -> None:
+    from korbert.use import fill_mask_cli
+
+    fill_mask_cli(argv)
+
+
+def _embed(argv: list[str]) -> None:
+    from korbert.use import embed_cli
+
+    embed_cli(argv)
+
+
+def _attention(argv: list[str]) -> None:
+    from korbert.attention import cli
+
+    cli(argv)
+
+
+def _serve(argv: list[str]) -> None:
+    from korbert.serve import cli
+
+    cli(argv)
+
+
 COMMANDS = {
     "vocab": _vocab, "tokenize": _tokenize, "shards": _shards, "shards-merge": _shards_merge,
     "pretrain": _pretrain, "eval": _eval, "run": _run,
+    "fill-mask": _fill_mask, "embed": _embed, "attention": _attention, "serve": _serve,
 }
 
 

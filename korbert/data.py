@@ -202,8 +202,8 @@ class PretrainingDataset(torch.utils.data.Dataset):
     """Item = one micro-batch, collated: the DataLoader's workers read, mask and collate whole
     batches. Requests are (epoch, rows, padded length); the sampler below yields them."""
 
-    def __init__(self, reader: ShardReader, seed: int, pack: bool = False):
-        self.reader, self.seed, self.pack = reader, seed, pack
+    def __init__(self, reader: ShardReader, seed: int, pack: bool = False, nsp: bool = True):
+        self.reader, self.seed, self.pack, self.nsp = reader, seed, pack, nsp
 
     def __len__(self) -> int:
         return len(self.reader)
@@ -214,10 +214,10 @@ class PretrainingDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, request: tuple[int, list[np.ndarray], int]) -> dict:
         epoch, rows, length = request
-        return collate([[self.instance(epoch, i) for i in row.tolist()] for row in rows], length, self.pack)
+        return collate([[self.instance(epoch, i) for i in row.tolist()] for row in rows], length, self.pack, self.nsp)
 
 
-def collate(rows: list[list[dict]], length: int | None = None, packed: bool | None = None) -> dict:
+def collate(rows: list[list[dict]], length: int | None = None, packed: bool | None = None, nsp: bool = True) -> dict:
     """Rows of instances (masked: input_ids, token_type_ids, labels, next_sentence_label) -> int64 tensors:
 
     input_ids, token_type_ids, position_ids, segments   (R, T)  segments: 1, 2, ... per instance in its row, 0 = padding
@@ -243,7 +243,7 @@ def collate(rows: list[list[dict]], length: int | None = None, packed: bool | No
             mlm_pos.append(r * t + c + where)
             mlm_lab.append(np.asarray(it["labels"])[where])
             nsp_pos.append(r * t + c)
-            nsp_lab.append(it["next_sentence_label"])
+            nsp_lab.append(it["next_sentence_label"] if nsp else IGNORE)  # MLM only: no NSP loss
             c += n
         tokens += c
     mlm_pos_a = np.concatenate(mlm_pos).astype(np.int64) if mlm_pos else np.zeros(0, np.int64)
@@ -271,10 +271,10 @@ class StepSampler(torch.utils.data.Sampler):
         return (self.stop - self.start) * self.accum
 
 
-def eval_batches(reader: ShardReader, n: int, batch_size: int, seed: int) -> list[dict]:
+def eval_batches(reader: ShardReader, n: int, batch_size: int, seed: int, nsp: bool = True) -> list[dict]:
     """A fixed held-out set: the first n instances of the split with one fixed mask draw, one per
     row, in length-sorted batches (so the held-out numbers are comparable across steps and runs)."""
     n = min(n, len(reader))
     items = [reader.masked(i, np.random.default_rng([seed, 0x7661, i])) for i in range(n)]
     items.sort(key=lambda it: len(it["input_ids"]))
-    return [collate([[it] for it in items[i : i + batch_size]]) for i in range(0, len(items), batch_size)]
+    return [collate([[it] for it in items[i : i + batch_size]], nsp=nsp) for i in range(0, len(items), batch_size)]

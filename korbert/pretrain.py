@@ -34,6 +34,7 @@ import os
 import random
 import shutil
 import sys
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,7 @@ PEAK_BF16_FLOPS = [
     ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12), ("H200", 989e12), ("GH200", 989e12),
     ("A100", 312e12), ("L40S", 362e12), ("A10", 125e12), ("4090", 165e12),
 ]
+UNTRAINED_WITHOUT_NSP = ("bert.pooler.", "cls.seq_relationship.")  # --objective mlm: exported as initialized
 MODEL_INPUTS = ("input_ids", "token_type_ids", "position_ids", "segments", "mlm_positions", "mlm_labels", "nsp_positions", "nsp_labels")
 
 
@@ -67,6 +69,11 @@ class PretrainConfig:
         "rows of similar length are taken up to it (0: use --batch-size)",
     )
     pack: bool = C.field(False, "pack several instances into each row of max_seq_len tokens (block-diagonal attention, positions restart per instance)")
+    objective: str = C.field(
+        "mlm+nsp", "mlm+nsp: BERT's two losses; mlm: masked LM only (RoBERTa, Cramming), the pooler and NSP head are "
+        "exported untrained (shards made with --no-nsp need it)", choices=["mlm+nsp", "mlm"],
+    )
+    mask_prob: float = C.field(0.0, "dynamic shards: predict this share of the tokens instead of the shards' mask_prob (0: the shards')")
     grad_accum: int = C.field(1, "micro-batches per optimizer step")
     lr: float = C.field(5e-4, "peak learning rate (AdamW, betas 0.9/0.98, eps 1e-6)")
     schedule: str = C.field("linear", "decay after warmup", choices=["linear", "cosine"])
@@ -180,6 +187,9 @@ class _Dist:
 
 def _run_key(cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int) -> str:
     ident = {k: v for k, v in C.to_dict(cfg).items() if k not in ("out", "device", "compile", "num_workers", "resume", "force", "replace", "log_every", "save_every")}
+    for k, default in (("objective", "mlm+nsp"), ("mask_prob", 0.0)):  # options added later: at their defaults the key is as before
+        if ident[k] == default:
+            del ident[k]
     return hashlib.sha256(json.dumps([ident, shards_key, tokenizer_hash, world], sort_keys=True).encode()).hexdigest()
 
 
@@ -225,7 +235,7 @@ def _oom_guard(cfg: PretrainConfig):
         ) from None
 
 
-def evaluate(model, batches: list[dict], device, autocast) -> dict:
+def evaluate(model, batches: list[dict], device, autocast, nsp: bool = True) -> dict:
     """Held-out MLM loss (per predicted token), MLM accuracy and NSP accuracy over fixed batches."""
     import torch
 
@@ -240,7 +250,10 @@ def evaluate(model, batches: list[dict], device, autocast) -> dict:
             tot += o.totals()
     model.train(was_training)
     ml, mc, mn, nl, nc, nn_ = tot.tolist()
-    return {"mlm_loss": ml / max(mn, 1), "mlm_acc": mc / max(mn, 1), "nsp_loss": nl / max(nn_, 1), "nsp_acc": nc / max(nn_, 1), "instances": int(nn_)}
+    out = {"mlm_loss": ml / max(mn, 1), "mlm_acc": mc / max(mn, 1), "instances": sum(len(b["nsp_positions"]) for b in batches)}
+    if nsp:
+        out.update(nsp_loss=nl / max(nn_, 1), nsp_acc=nc / max(nn_, 1))
+    return out
 
 
 def export(model, tok, folder: Path, manifest_fields: dict) -> None:
@@ -255,6 +268,9 @@ def export(model, tok, folder: Path, manifest_fields: dict) -> None:
     plain.config.architectures = ["BertForPreTraining"]
     plain.save_pretrained(tmp)
     tok.save_pretrained(tmp)
+    from korbert.hub import add_auto_files  # AutoTokenizer: the tokenizer's source + auto_map
+
+    add_auto_files(tmp)
     files = sorted(p.name for p in tmp.iterdir() if p.is_file())
     write_manifest(tmp, "model", FORMAT_VERSION, files=files, tokenizer_hash=tok.fingerprint, **manifest_fields)
     old = folder.with_name(folder.name + ".old")
@@ -308,6 +324,11 @@ class Trainer:
         self.tok = tok = KorBertTokenizer.from_pretrained(_tokenizer_dir(Path(cfg.shards)))
         if tok.fingerprint != sm["tokenizer_hash"]:
             raise InputError(f"--shards {cfg.shards}: its tokenizer copy has hash {tok.fingerprint[:12]}, the manifest says {sm['tokenizer_hash'][:12]}")
+        if cfg.objective != "mlm" and not sm["config"].get("nsp", True):
+            raise InputError(f"--shards {cfg.shards} were made without NSP labels (--no-nsp): pretrain them with --objective mlm")
+        if cfg.mask_prob and (not 0 < cfg.mask_prob < 1 or sm["config"]["masking"] != "dynamic"):
+            raise InputError("--mask-prob must be in (0, 1) and needs dynamic shards (static shards hold their masks)")
+        self.nsp = cfg.objective == "mlm+nsp"
         self.key = key = _run_key(cfg, sm["key"], sm["tokenizer_hash"], dist.world)
         if self.final.exists() and not cfg.force:
             try:
@@ -322,6 +343,9 @@ class Trainer:
             valid = open_shards(cfg.shards, sm["tokenizer_hash"], "valid", verify=False)
         except ValueError as e:
             raise InputError(f"--shards {cfg.shards}: {e}") from None
+        if cfg.mask_prob:
+            for reader in (train, valid):
+                reader.mask_config = dataclasses.replace(reader.mask_config, mask_prob=cfg.mask_prob)
 
         # -- resume or start
         state = self._load_checkpoint()
@@ -425,8 +449,13 @@ class Trainer:
         cfg, dev = self.cfg, self.dev
         torch.manual_seed(cfg.seed)
         model = KorBertForPreTraining(self.mcfg)
-        decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "LayerNorm" not in n]
-        no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "LayerNorm" not in n)]
+        if not self.nsp:  # MLM only: the pooler and the NSP head get no gradient and stay as initialized
+            for n, p in model.named_parameters():
+                if n.startswith(UNTRAINED_WITHOUT_NSP):
+                    p.requires_grad_(False)
+        params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        decay = [p for n, p in params if p.dim() >= 2 and "LayerNorm" not in n]
+        no_decay = [p for n, p in params if not (p.dim() >= 2 and "LayerNorm" not in n)]
         model.to(dev)
         opt = torch.optim.AdamW(
             [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
@@ -468,12 +497,12 @@ class Trainer:
         self.global_batch = f"{cfg.tokens_per_batch} tokens" if cfg.tokens_per_batch else f"{cfg.batch_size * parts} rows"
         workers = cfg.num_workers if cfg.num_workers >= 0 else (4 if self.cuda else 1)
         self.loader = torch.utils.data.DataLoader(
-            PretrainingDataset(train, cfg.seed, cfg.pack),
+            PretrainingDataset(train, cfg.seed, cfg.pack, nsp=self.nsp),
             sampler=StepSampler(self.plan, start, 10**12, dist.world, dist.rank, cfg.grad_accum), batch_size=None,
             num_workers=workers, pin_memory=self.cuda, persistent_workers=False, prefetch_factor=4 if workers else None,
             generator=torch.Generator(),  # keeps the loader from drawing on the global RNG (exact resume)
         )
-        self.held_out = eval_batches(valid, cfg.eval_instances, max(cfg.batch_size, 64), cfg.seed) if dist.main else []
+        self.held_out = eval_batches(valid, cfg.eval_instances, max(cfg.batch_size, 64), cfg.seed, nsp=self.nsp) if dist.main else []
 
     # -- the loop
     def progress(self) -> float:
@@ -555,8 +584,9 @@ class Trainer:
                 f"{self.ckpt_path if self.ckpt_path.exists() else '(none yet)'}. Lower --lr, raise --warmup or --clip-grad, or check the shards"
             )
         rec = {
-            "step": step, "tokens": self.tokens, "loss": round(loss, 5), "mlm_loss": round(mlm, 5), "nsp_loss": round(nsp, 5),
-            "mlm_acc": round(tot[1] / max(tot[2], 1), 5), "nsp_acc": round(tot[4] / max(tot[5], 1), 5),
+            "step": step, "tokens": self.tokens, "loss": round(loss, 5), "mlm_loss": round(mlm, 5),
+            **({"nsp_loss": round(nsp, 5)} if self.nsp else {}),
+            "mlm_acc": round(tot[1] / max(tot[2], 1), 5), **({"nsp_acc": round(tot[4] / max(tot[5], 1), 5)} if self.nsp else {}),
             "lr": self.lr, "tokens_per_s": round(tps, 1), "seconds": round(self.seconds, 2),
             "padding": round(1 - self.interval_tokens / max(1, self.padded * dist.world), 4),
         }
@@ -571,15 +601,16 @@ class Trainer:
         if dist.main and (step % (cfg.log_every * 5) == 0 or done or step == cfg.log_every):
             mfu = f", mfu {rec['mfu'] * 100:.1f}%" if "mfu" in rec else ""
             self.bar.write(
-                f"step {step}: loss {loss:.4f} (mlm {mlm:.4f}, nsp {nsp:.4f}), mlm acc {rec['mlm_acc']:.3f}, "
+                f"step {step}: loss {loss:.4f}{f' (mlm {mlm:.4f}, nsp {nsp:.4f})' if self.nsp else ''}, mlm acc {rec['mlm_acc']:.3f}, "
                 f"lr {self.lr:.2e}, {tps:,.0f} tok/s{mfu}"
             )
         if (cfg.eval_every > 0 and step % cfg.eval_every == 0) or done:
-            self.last_eval = evaluate(self.model, self.held_out, self.dev, self.autocast) if dist.main else {}
+            self.last_eval = evaluate(self.model, self.held_out, self.dev, self.autocast, self.nsp) if dist.main else {}
             if self.last_eval:
                 e = self.last_eval
                 rec.update({f"eval_{k}": round(v, 5) if isinstance(v, float) else v for k, v in e.items()})
-                self.bar.write(f"step {step}: held-out mlm loss {e['mlm_loss']:.4f}, mlm acc {e['mlm_acc']:.4f}, nsp acc {e['nsp_acc']:.4f}")
+                nsp_acc = f", nsp acc {e['nsp_acc']:.4f}" if self.nsp else ""
+                self.bar.write(f"step {step}: held-out mlm loss {e['mlm_loss']:.4f}, mlm acc {e['mlm_acc']:.4f}{nsp_acc}")
         self._log(rec)
         if step % self.save_every == 0 or done:
             self._save_checkpoint()
@@ -658,7 +689,8 @@ class Trainer:
         return {
             "run_key": self.key, "step": self.step_no, "tokens": self.tokens, "seconds": round(self.seconds, 1), "parameters": self.n_params,
             "eval": self.last_eval, "model_size": cfg.model_size, "config": self.run_cfg, "shards_key": sm["key"],
-            "shards_path": str(cfg.shards), "model_config": self.mcfg.to_dict(),
+            "shards_path": str(cfg.shards), "model_config": self.mcfg.to_dict(), "objective": cfg.objective,
+            **({} if self.nsp else {"untrained": [f"{p}*" for p in UNTRAINED_WITHOUT_NSP]}),
         }
 
     def export(self) -> dict:
@@ -666,9 +698,11 @@ class Trainer:
         if self.dist.main:
             export(self.model, self.tok, self.final, result)
             s = max(self.seconds, 1e-9)
+            e = self.last_eval
+            nsp = f", nsp acc {e.get('nsp_acc', float('nan')):.4f}" if self.nsp else " (MLM only: pooler and NSP head untrained)"
             print(
                 f"pretrain: {self.step_no} steps, {self.tokens:,} tokens in {s / 60:.1f} min ({self.tokens / s:,.0f} tok/s); "
-                f"held-out mlm acc {self.last_eval.get('mlm_acc', float('nan')):.4f}, nsp acc {self.last_eval.get('nsp_acc', float('nan')):.4f} -> {self.final}"
+                f"held-out mlm acc {e.get('mlm_acc', float('nan')):.4f}{nsp} -> {self.final}"
             )
         self.dist.barrier()
         return result

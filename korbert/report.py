@@ -34,7 +34,7 @@ def plot_curves(log: list[dict], folder: Path) -> list[str]:
     ev = [r for r in log if "eval_mlm_acc" in r]
     names = []
     for name, series in (
-        ("pretrain_loss.png", [("training loss (MLM + NSP)", tok, [r["loss"] for r in log]),
+        ("pretrain_loss.png", [("training loss", tok, [r["loss"] for r in log]),
                                ("held-out MLM loss", [r["tokens"] / 1e6 for r in ev], [r["eval_mlm_loss"] for r in ev])]),
         ("pretrain_mlm_acc.png", [("training MLM accuracy", tok, [r["mlm_acc"] for r in log]),
                                   ("held-out MLM accuracy", [r["tokens"] / 1e6 for r in ev], [r["eval_mlm_acc"] for r in ev])]),
@@ -85,7 +85,8 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict, sm: dict, p
             "model_size": pre.model_size, "parameters": pm["parameters"], "steps": pm["step"], "tokens": pm["tokens"],
             "seconds": pm["seconds"], "tokens_per_s": round(pm["tokens"] / max(pm["seconds"], 1e-9), 1),
             "budget": {k: getattr(pre, k) for k in ("max_steps", "max_tokens", "max_minutes") if getattr(pre, k)},
-            "global_batch": pm["config"]["global_batch"], "lr": pre.lr,
+            "global_batch": pm["config"]["global_batch"], "lr": pre.lr, "objective": pre.objective,
+            "instances": sm["config"].get("instances", "document"), "tokens_per_instance": tr.get("tokens_per_instance"),
             "held_out_mlm_accuracy": pre_eval.get("mlm_acc"), "held_out_mlm_loss": pre_eval.get("mlm_loss"), "held_out_nsp_accuracy": pre_eval.get("nsp_acc"),
         },
         "finetuning": {
@@ -109,6 +110,7 @@ def render(r: dict) -> str:
     c, p, f = r["corpus"], r["pretraining"], r["finetuning"]
     dev = r["machine"].get("device") or {}
     budget = ", ".join(f"{k.replace('max_', '')} {v}" for k, v in p["budget"].items())
+    per_instance = f" ({p['tokens_per_instance']} tokens each on average)" if p.get("tokens_per_instance") else ""
     lines = [
         f"# korbert report: preset `{r['preset']}`",
         "",
@@ -138,8 +140,9 @@ def render(r: dict) -> str:
         "",
         f"BERT-{p['model_size']} ({p['parameters'] / 1e6:.1f}M parameters), budget: {budget}; global batch {p['global_batch']}, peak lr {p['lr']}.",
         f"{p['steps']:,} steps, {p['tokens']:,} tokens in {p['seconds'] / 60:.1f} min ({p['tokens_per_s']:,.0f} tokens/s).",
-        f"Held-out MLM accuracy {_pct(p['held_out_mlm_accuracy'])}%, MLM loss {p['held_out_mlm_loss'] or float('nan'):.3f}, "
-        f"NSP accuracy {_pct(p['held_out_nsp_accuracy'])}%.",
+        f"Objective {p.get('objective', 'mlm+nsp')}, {p.get('instances', 'document')} instances{per_instance}.",
+        f"Held-out MLM accuracy {_pct(p['held_out_mlm_accuracy'])}%, MLM loss {p['held_out_mlm_loss'] or float('nan'):.3f}"
+        + (f", NSP accuracy {_pct(p['held_out_nsp_accuracy'])}%." if p.get("held_out_nsp_accuracy") is not None else " (MLM only: no NSP)."),
         "",
     ]
     lines += [f"![{Path(x).stem}]({x})" for x in r["plots"]]

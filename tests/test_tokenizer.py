@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -278,3 +279,97 @@ def test_encode_documents_word_cache_stays_correct(tok):
     assert count[wid[0]] > 0
     copy = pickle.loads(pickle.dumps(cache))  # travels empty
     assert copy.key == cache.key and len(copy.index) == 0 and isinstance(copy.ids, np.ndarray)
+
+
+EDGE = [
+    "", " ", "\n", "👍🏽👨‍👩‍👧", "𪚥𠀀", "[MASK]", "앞 [MASK]뒤 [SEP] 끝[CLS]", "ㅋㅋ", " 앞 공백", "끝 공백 ",
+    unicodedata.normalize("NFD", "분해된 한글 입력입니다 [MASK] 끝"), "<0x41> ▁ 특수", "a" * 300, "가" * 2000,
+]
+
+
+@pytest.fixture
+def reference_path(tok):
+    """tok() the old way: HF's backend call on words from the per-word segmentation path."""
+
+    @contextmanager
+    def use():
+        tok._fast_path, tok._segmenter.vectorized = False, False
+        try:
+            yield
+        finally:
+            tok._fast_path, tok._segmenter.vectorized = True, True
+
+    return use
+
+
+def assert_same_encoding(fast, ref, rows: int | None):
+    assert list(fast.keys()) == list(ref.keys())
+    for k in ref.keys():
+        a, b = fast[k], ref[k]
+        assert (a.tolist(), type(a)) == (b.tolist(), type(b)) if hasattr(b, "tolist") else a == b, k
+    for i in range(rows) if rows is not None else [0]:
+        assert fast.word_ids(i) == ref.word_ids(i) and fast.sequence_ids(i) == ref.sequence_ids(i), i
+
+
+OPTIONS = [
+    {"return_offsets_mapping": True},
+    {"return_offsets_mapping": True, "add_special_tokens": False, "return_special_tokens_mask": True},
+    {"truncation": True, "max_length": 16, "return_offsets_mapping": True, "return_length": True},
+    {"truncation": "only_first", "max_length": 3, "add_special_tokens": False},
+    {"padding": True, "pad_to_multiple_of": 8, "return_offsets_mapping": True, "return_special_tokens_mask": True},
+    {"padding": "max_length", "truncation": True, "max_length": 40, "padding_side": "left", "return_tensors": "np"},
+    {"return_token_type_ids": False, "return_attention_mask": False},
+    # not the word-cache path: HF's call, with words from the pipelined numpy path
+    {"truncation": True, "max_length": 24, "stride": 8, "return_overflowing_tokens": True, "return_offsets_mapping": True},
+    {"split_special_tokens": True, "return_offsets_mapping": True},
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_pipelined_batch_equals_the_reference_path(tok, reference_path, options):
+    """tok(batch) runs Kiwi on the next chunk while Python assembles this chunk's rows from the word
+    cache (Segmenter.pipeline, KorBertTokenizer._encode_fast). It must give what HF's own backend call
+    on the per-word segmentation gives: ids, offsets, word ids, masks, truncation, padding and
+    overflow windows; one string per call too."""
+    from conftest import sample_texts
+
+    from korbert.tokenizer import _chunk_bounds
+
+    texts = EDGE + nsmc_test_docs(300) + sample_texts(5, "petitions") + HOSTILE + [" ".join(sample_texts(20, "petitions"))] + EDGE
+    assert len(_chunk_bounds(texts, 8, 4096)) > 3  # the batch is pipelined over several chunks
+    fast = tok(texts, **options)
+    with reference_path():
+        ref = tok(texts, **options)
+    assert_same_encoding(fast, ref, len(ref["input_ids"]))
+    for text in EDGE + HOSTILE:
+        one = tok(text, **options)
+        with reference_path():
+            assert_same_encoding(one, tok(text, **options), len(one["input_ids"]) if options.get("return_overflowing_tokens") else None)
+
+
+def test_word_cache_batch_encodings_are_made_on_first_use_and_pickle(tok):
+    import copy
+    import pickle
+
+    texts = ["나는 학교에 갔다", "", "이모지 🙂 와 [MASK]"]
+    enc = tok(texts, return_offsets_mapping=True)
+    lazy = enc.encodings
+    assert len(lazy) == 3 and lazy._make is not None  # nothing made yet
+    again = pickle.loads(pickle.dumps(enc))
+    assert lazy._make is None and type(again.encodings) is list and len(again.encodings) == 3
+    assert [e.ids for e in again.encodings] == enc["input_ids"] == [e.ids for e in copy.deepcopy(enc).encodings]
+    assert again.word_ids(2) == enc.word_ids(2) and enc[0].offsets[1:-1] != []
+
+
+def test_concurrent_calls_give_the_same_rows(tok):
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = nsmc_test_docs(400)
+    want = tok(texts, return_offsets_mapping=True)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda i: tok(texts[i::4], return_offsets_mapping=True), range(4)))
+    for i, g in enumerate(got):
+        assert g["input_ids"] == want["input_ids"][i::4] and g["offset_mapping"] == want["offset_mapping"][i::4]
+    import gc
+
+    assert gc.isenabled()  # the collector is back on once every call has left
