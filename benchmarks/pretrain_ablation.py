@@ -133,6 +133,10 @@ def main() -> None:
         "rows": table,
     }
 
+    planned = {(n, s) for s in a.seeds for n in a.variants} | ({(CONTROL, a.seeds[0])} if a.control else set())
+    if out.is_file():  # rows of earlier invocations (other variants or seeds) stay in the table
+        table += [r for r in json.loads(out.read_text()).get("rows", []) if (r["variant"], r["seed"]) not in planned]
+
     def save() -> None:
         report["load_average_at_save"] = os.getloadavg()
         atomic_write_json(out, report)
@@ -183,7 +187,7 @@ def main() -> None:
     def add(row: dict, what: str) -> None:
         with lock:
             table.append(row)
-            table.sort(key=lambda r: (r["seed"], order.index(r["variant"])))
+            table.sort(key=lambda r: (r["seed"], order.index(r["variant"]) if r["variant"] in order else len(order), r["variant"]))
             print(what, flush=True)
             save()
 
@@ -223,7 +227,7 @@ def main() -> None:
         row = {"variant": CONTROL, "seed": seed, **finetune(model, work / f"control-seed{seed}", seed, control=True)}
         add(row, f"control: NSMC-R {row['nsmc_accuracy']}, KorQuAD EM {row['korquad_em']} F1 {row['korquad_f1']}")
 
-    order = [*a.variants, CONTROL]
+    order = [*VARIANTS, CONTROL]
     jobs = [(variant, (n, s)) for s in a.seeds for n in a.variants]
     if a.control:  # in the first variant's job, right after it: the table has its anchor early
         jobs[0] = (lambda *args: (variant(*args), control()), jobs[0][1])

@@ -50,10 +50,14 @@ _shared = {
 PRESETS = {
     "demo": {
         **_sample,
-        "about": "the embedded sample (20k reviews + 150 petitions; NSMC-R 8k/2k; 14 KorQuAD articles); BERT-mini, 600 steps",
+        "about": "the embedded sample (20k reviews + 150 petitions; NSMC-R 8k/2k; 14 KorQuAD articles); BERT-mini, 0.56M tokens, "
+                 "packed instances, MLM only, no dropout (benchmarks/results/pretrain-ablation-demo.json)",
         "vocab": {"vocab_size": 8000},
-        "shards": {"docs_per_shard": 50_000},
-        "pretrain": {"model_size": "mini", "max_steps": 600, "batch_size": 32, "lr": 1e-3, "eval_every": 200, "eval_instances": 1000},
+        "shards": {"docs_per_shard": 50_000, "instances": "packed", "nsp": False},
+        "pretrain": {
+            "model_size": "mini", "objective": "mlm", "override": ["hidden_dropout_prob=0", "attention_probs_dropout_prob=0"],
+            "max_steps": 0, "max_tokens": 560_000, "tokens_per_batch": 1024, "lr": 3e-4, "eval_every": 200, "eval_instances": 1000,
+        },
         "nsmc": {"epochs": 1, "lr": 1e-4, "batch_size": 32},
         "korquad": {"epochs": 2, "lr": 2e-4, "batch_size": 16},
         "baseline": {},
