@@ -268,6 +268,21 @@ def build_instance(
     return ids, units
 
 
+class _Pool(deque):
+    """Recent documents to draw random B segments from, bounded to `limit` tokens (oldest dropped
+    first, the newest always kept)."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit, self.tokens = limit, 0
+
+    def add(self, doc: _Doc) -> None:
+        self.append(doc)
+        self.tokens += len(doc.ids)
+        while self.tokens > self.limit and len(self) > 1:
+            self.tokens -= len(self.popleft().ids)
+
+
 # ---------------------------------------------------------------------------------------------
 # Packed instances: documents joined into one stream per split and shard
 # ---------------------------------------------------------------------------------------------
@@ -323,8 +338,7 @@ class _Packer:
         self.base = 0  # no NSP: unit ids shifted per document so documents never share one
         self.group: list[_Doc] = []  # NSP: documents waiting for their group to fill
         self.group_tokens = 0
-        self.pool: deque = deque()  # NSP: earlier groups, for random B segments
-        self.pool_tokens = 0
+        self.pool = _Pool(cfg.pool_tokens)  # NSP: earlier groups, for random B segments
 
     def add(self, doc: _Doc, rng) -> list[tuple]:
         """-> finished instances [(ids, units, b_start, nsp)]."""
@@ -394,10 +408,7 @@ class _Packer:
                 continue
             ids, units = build_instance(v, a0, a1, other, b0, b1, *self.dtypes)
             out.append((ids, units, a1 - a0 + 2, nsp))
-        self.pool.append(v)
-        self.pool_tokens += len(v.ids)
-        while self.pool_tokens > self.cfg.pool_tokens and len(self.pool) > 1:
-            self.pool_tokens -= len(self.pool.popleft().ids)
+        self.pool.add(v)
         return out
 
 
@@ -434,8 +445,7 @@ class _Chunk:
 
     def __init__(self, index: int, folder: Path, cfg: ShardsConfig, mcfg: MaskConfig, columns: dict[str, str]):
         self.index, self.folder, self.cfg, self.mcfg, self.columns = index, folder, cfg, mcfg, columns
-        self.pools = {s: deque() for s in SPLITS}
-        self.pool_tokens = {s: 0 for s in SPLITS}
+        self.pools = {s: _Pool(cfg.pool_tokens) for s in SPLITS}
         self.writers: dict[str, _ShardWriter] = {}
         self.counts = {s: Counter() for s in SPLITS}
         self.docs = Counter()  # documents_in, documents_used, sentences, document_tokens
@@ -478,10 +488,7 @@ class _Chunk:
                 for a0, a1, other, b0, b1, nsp in document_pairs(doc, pool, rng, max_tokens, cfg.short_seq_prob, counts, split_single):
                     ids, units = build_instance(doc, a0, a1, other, b0, b1, *self.dtypes)
                     self._put(out, split, ids, units, a1 - a0 + 2, nsp, rng, measure)
-            pool.append(doc)
-            self.pool_tokens[split] += len(doc.ids)
-            while self.pool_tokens[split] > cfg.pool_tokens and len(pool) > 1:
-                self.pool_tokens[split] -= len(pool.popleft().ids)
+            pool.add(doc)
         self._write(out)
 
     def _new_columns(self) -> dict:

@@ -91,45 +91,57 @@ class Loaded:
     info: dict = field(default_factory=dict)
 
 
-def load_model(folder: str, task: str, control: bool, seed: int, num_labels: int = 2) -> Loaded:
-    """task "cls" (sequence classification on [CLS]) or "qa" (span start/end)."""
-    import torch
-    import transformers
-    from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoModelForSequenceClassification
+def open_model_folder(folder: str, weights: bool = True, label: str | None = None):
+    """The checks every consumer of an exported model folder makes -> (path, tokenizer, manifest, config):
+    config.json, weights (unless `weights` is False: a control needs only the config), the korbert
+    tokenizer files beside them, and the tokenizer hash the manifest says the model was trained with.
+    Errors name the folder as `label` (default "--model FOLDER")."""
+    from transformers import AutoConfig
 
     from korbert.tokenizer import KorBertTokenizer
 
+    where = label or f"--model {folder}"
     if not folder:
         raise InputError(f"--model is required ({MODEL_HELP})")
     path = Path(folder)
     if not path.is_dir():
-        raise InputError(f"--model {folder}: no such folder ({MODEL_HELP})")
+        raise InputError(f"{where}: no such folder ({MODEL_HELP})")
     if not (path / "config.json").is_file():
-        raise InputError(f"--model {folder}: no config.json, not an exported model folder ({MODEL_HELP})")
-    weights = [n for n in ("model.safetensors", "pytorch_model.bin") if (path / n).is_file()]
-    if not control and not weights and not (path / "model.safetensors.index.json").is_file():
-        raise InputError(f"--model {folder}: no model.safetensors ({MODEL_HELP}); --control needs only config.json")
+        raise InputError(f"{where}: no config.json, not an exported model folder ({MODEL_HELP})")
+    found = [n for n in ("model.safetensors", "pytorch_model.bin") if (path / n).is_file()]
+    if weights and not found and not (path / "model.safetensors.index.json").is_file():
+        raise InputError(f"{where}: no model.safetensors ({MODEL_HELP}); --control needs only config.json")
     if not (path / "tokenizer.json").is_file():
-        raise InputError(f"--model {folder}: no tokenizer.json: the korbert tokenizer files must sit beside the model")
+        raise InputError(f"{where}: no tokenizer.json: the korbert tokenizer files must sit beside the model")
     tok = KorBertTokenizer.from_pretrained(path)
     manifest = {}
     if (path / "manifest.json").is_file():
         try:
             manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as e:
-            raise InputError(f"--model {folder}: unreadable manifest.json ({e})") from None
+            raise InputError(f"{where}: unreadable manifest.json ({e})") from None
         want = manifest.get("tokenizer_hash") if isinstance(manifest, dict) else None
         if want and want != tok.fingerprint:
             raise InputError(
-                f"--model {folder}: the tokenizer files have hash {tok.fingerprint[:12]}, but manifest.json says the "
+                f"{where}: the tokenizer files have hash {tok.fingerprint[:12]}, but manifest.json says the "
                 f"model was trained with {want[:12]}: the folder mixes a model and a foreign tokenizer"
             )
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as e:
-        raise InputError(f"--model {folder}: config.json: {e}") from None
+        raise InputError(f"{where}: config.json: {e}") from None
     if config.vocab_size < len(tok):
-        raise InputError(f"--model {folder}: config.json vocab_size {config.vocab_size} < the tokenizer's {len(tok)} tokens")
+        raise InputError(f"{where}: config.json vocab_size {config.vocab_size} < the tokenizer's {len(tok)} tokens")
+    return path, tok, manifest, config
+
+
+def load_model(folder: str, task: str, control: bool, seed: int, num_labels: int = 2) -> Loaded:
+    """task "cls" (sequence classification on [CLS]) or "qa" (span start/end)."""
+    import torch
+    import transformers
+    from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
+
+    path, tok, manifest, config = open_model_folder(folder, weights=not control)
     if task == "cls":
         config.num_labels = num_labels
         auto = AutoModelForSequenceClassification

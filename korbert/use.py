@@ -66,27 +66,19 @@ class Encoder:
     def __init__(self, folder: str | os.PathLike, device: str | None = None, max_length: int | None = None, attention: bool = False):
         import torch
         from safetensors import safe_open
-        from transformers import AutoConfig, BertForMaskedLM
+        from transformers import BertForMaskedLM
 
         from corpus_tools.text import InputError
-        from korbert.tokenizer import KorBertTokenizer
+        from evals.finetune import open_model_folder
 
-        path = Path(folder)
-        for name, why in (("config.json", "not an exported model folder"), ("tokenizer.json", "the korbert tokenizer files must sit beside the model")):
-            if not (path / name).is_file():
-                raise InputError(f"{folder}: no {name} ({why}; e.g. runs/demo/pretrain/final)")
+        path, self.tok, _, config = open_model_folder(str(folder), label=str(folder))
         weights = path / "model.safetensors"
-        if not weights.is_file():
+        if not weights.is_file():  # the MLM head's presence is read from the safetensors index
             raise InputError(f"{folder}: no model.safetensors")
         self.folder = path
-        self.tok = KorBertTokenizer.from_pretrained(path)
-        want = _manifest(path).get("tokenizer_hash")
-        if want and want != self.tok.fingerprint:
-            raise InputError(f"{folder}: tokenizer hash {self.tok.fingerprint[:12]} but manifest.json says the model was trained with {want[:12]}")
         with safe_open(str(weights), "pt") as f:
             keys = list(f.keys())
         self.has_mlm_head = any(k.startswith("cls.predictions.") for k in keys)
-        config = AutoConfig.from_pretrained(path, local_files_only=True)
         if config.model_type != "bert":
             raise InputError(f"{folder}: model_type {config.model_type!r}, expected 'bert'")
         if attention:
@@ -121,14 +113,6 @@ class Encoder:
 
     def width(self, layer) -> int:
         return 4 * self.hidden if layer == "concat4" else self.hidden
-
-
-def _manifest(path: Path) -> dict:
-    try:
-        m = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
-        return m if isinstance(m, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def check_layer(layer, layers: int):
