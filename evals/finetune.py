@@ -18,6 +18,7 @@ head's and the control's initialization and dropout from torch's seeded generato
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import math
 import random
@@ -31,7 +32,10 @@ import numpy as np
 
 from corpus_tools.text import InputError
 
-MODEL_HELP = "exported korbert model folder: config.json + model.safetensors + the korbert tokenizer files"
+MODEL_HELP = (
+    "model folder: an exported korbert model (pretrain/final) or any local transformers encoder folder "
+    "(BERT, ELECTRA, RoBERTa, ...): config.json + weights + its tokenizer files"
+)
 
 
 # -- device --------------------------------------------------------------------------------------
@@ -91,14 +95,88 @@ class Loaded:
     info: dict = field(default_factory=dict)
 
 
-def open_model_folder(folder: str, weights: bool = True, label: str | None = None):
-    """The checks every consumer of an exported model folder makes -> (path, tokenizer, manifest, config):
-    config.json, weights (unless `weights` is False: a control needs only the config), the korbert
-    tokenizer files beside them, and the tokenizer hash the manifest says the model was trained with.
-    Errors name the folder as `label` (default "--model FOLDER")."""
-    from transformers import AutoConfig
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.txt", "vocab.json", "merges.txt", "spm.model", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model",
+)
 
-    from korbert.tokenizer import KorBertTokenizer
+
+def tokenizer_files_sha256(path: Path) -> str:
+    """sha256 over the tokenizer files a folder holds (names and bytes): the tokenizer's identity
+    that can be computed without loading it (no Kiwi needed)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        if (path / name).is_file():
+            h.update(name.encode() + b"\0" + hashlib.sha256((path / name).read_bytes()).digest())
+    return h.hexdigest()
+
+
+@dataclass
+class ModelFolder:
+    """A local model folder, checked, with its tokenizer loaded only when asked for (`tokenizer()`):
+    fine-tuning from cached features never loads it, so it runs where Kiwi is not installed.
+
+    kind "korbert": a folder exported by korbert (tokenizer_class KorBertTokenizer): the tokenizer
+    must be the one manifest.json says the model was trained with. kind "transformers": any other
+    transformers encoder folder (BERT, ELECTRA, RoBERTa, ...) with its own tokenizer files."""
+
+    path: Path
+    kind: str
+    config: object
+    manifest: dict
+    tokenizer_sha256: str
+    where: str
+    _tok: object = None
+
+    @property
+    def trained_tokenizer_hash(self) -> str | None:
+        return self.manifest.get("tokenizer_hash") if isinstance(self.manifest, dict) else None
+
+    def tokenizer(self):
+        if self._tok is None:
+            self._tok = self._load_tokenizer()
+        return self._tok
+
+    def _load_tokenizer(self):
+        if self.kind == "korbert":
+            from korbert.tokenizer import KorBertTokenizer
+
+            tok = KorBertTokenizer.from_pretrained(self.path)
+            want = self.trained_tokenizer_hash
+            if want and want != tok.fingerprint:
+                raise InputError(
+                    f"{self.where}: the tokenizer files have hash {tok.fingerprint[:12]}, but manifest.json says the "
+                    f"model was trained with {want[:12]}: the folder mixes a model and a foreign tokenizer"
+                )
+            return tok
+        import transformers
+        from transformers import AutoTokenizer
+
+        verbosity = transformers.logging.get_verbosity()
+        transformers.logging.set_verbosity_error()
+        try:
+            return AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        except (OSError, ValueError, TypeError, KeyError, ImportError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise InputError(f"{self.where}: cannot load its tokenizer with AutoTokenizer ({first})") from None
+        finally:
+            transformers.logging.set_verbosity(verbosity)
+
+    def tokenizer_fingerprint(self, tok=None) -> str:
+        """korbert: the tokenizer's own fingerprint (what shards and models record); otherwise the
+        sha256 of the tokenizer files."""
+        if self.kind == "korbert":
+            return (tok or self.tokenizer()).fingerprint
+        return self.tokenizer_sha256
+
+
+def open_folder(folder: str, weights: bool = True, label: str | None = None) -> ModelFolder:
+    """The checks every consumer of a model folder makes, without loading the tokenizer: config.json,
+    weights (unless `weights` is False: a control needs only the config), tokenizer files beside
+    them, a readable manifest.json. Errors name the folder as `label` (default "--model FOLDER")."""
+    from transformers import AutoConfig
 
     where = label or f"--model {folder}"
     if not folder:
@@ -107,41 +185,56 @@ def open_model_folder(folder: str, weights: bool = True, label: str | None = Non
     if not path.is_dir():
         raise InputError(f"{where}: no such folder ({MODEL_HELP})")
     if not (path / "config.json").is_file():
-        raise InputError(f"{where}: no config.json, not an exported model folder ({MODEL_HELP})")
-    found = [n for n in ("model.safetensors", "pytorch_model.bin") if (path / n).is_file()]
-    if weights and not found and not (path / "model.safetensors.index.json").is_file():
-        raise InputError(f"{where}: no model.safetensors ({MODEL_HELP}); --control needs only config.json")
-    if not (path / "tokenizer.json").is_file():
+        raise InputError(f"{where}: no config.json, not a model folder ({MODEL_HELP})")
+    found = [n for n in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json") if (path / n).is_file()]
+    if weights and not found:
+        raise InputError(f"{where}: no model.safetensors or pytorch_model.bin ({MODEL_HELP}); --control needs only config.json")
+    tcfg = {}
+    if (path / "tokenizer_config.json").is_file():
+        try:
+            tcfg = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise InputError(f"{where}: unreadable tokenizer_config.json ({e})") from None
+    kind = "korbert" if isinstance(tcfg, dict) and tcfg.get("tokenizer_class") == "KorBertTokenizer" else "transformers"
+    if kind == "korbert" and not (path / "tokenizer.json").is_file():
         raise InputError(f"{where}: no tokenizer.json: the korbert tokenizer files must sit beside the model")
-    tok = KorBertTokenizer.from_pretrained(path)
+    if not any((path / n).is_file() for n in TOKENIZER_FILES if n not in ("tokenizer_config.json", "special_tokens_map.json")):
+        raise InputError(f"{where}: no tokenizer files (tokenizer.json, vocab.txt, ...): save the tokenizer with the model (tokenizer.save_pretrained)")
     manifest = {}
     if (path / "manifest.json").is_file():
         try:
             manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as e:
             raise InputError(f"{where}: unreadable manifest.json ({e})") from None
-        want = manifest.get("tokenizer_hash") if isinstance(manifest, dict) else None
-        if want and want != tok.fingerprint:
-            raise InputError(
-                f"{where}: the tokenizer files have hash {tok.fingerprint[:12]}, but manifest.json says the "
-                f"model was trained with {want[:12]}: the folder mixes a model and a foreign tokenizer"
-            )
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise InputError(f"{where}: config.json: {e}") from None
-    if config.vocab_size < len(tok):
-        raise InputError(f"{where}: config.json vocab_size {config.vocab_size} < the tokenizer's {len(tok)} tokens")
-    return path, tok, manifest, config
+    except (OSError, ValueError, KeyError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{where}: config.json: {first}") from None
+    return ModelFolder(path, kind, config, manifest if isinstance(manifest, dict) else {}, tokenizer_files_sha256(path), where)
 
 
-def load_model(folder: str, task: str, control: bool, seed: int, num_labels: int = 2) -> Loaded:
-    """task "cls" (sequence classification on [CLS]) or "qa" (span start/end)."""
+def open_model_folder(folder: str, weights: bool = True, label: str | None = None):
+    """A korbert model folder -> (path, tokenizer, manifest, config), the tokenizer checked against
+    the manifest and the config's vocabulary (korbert.use.Encoder's entry)."""
+    mf = open_folder(folder, weights, label)
+    if mf.kind != "korbert":
+        raise InputError(f"{mf.where}: not a korbert model folder (tokenizer_config.json does not name KorBertTokenizer)")
+    tok = mf.tokenizer()
+    if mf.config.vocab_size < len(tok):
+        raise InputError(f"{mf.where}: config.json vocab_size {mf.config.vocab_size} < the tokenizer's {len(tok)} tokens")
+    return mf.path, tok, mf.manifest, mf.config
+
+
+def load_model(folder: str | ModelFolder, task: str, control: bool, seed: int, num_labels: int = 2) -> Loaded:
+    """task "cls" (sequence classification on [CLS]) or "qa" (span start/end). The tokenizer is
+    not loaded (see ModelFolder); `Loaded.tok` is None."""
     import torch
     import transformers
     from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 
-    path, tok, manifest, config = open_model_folder(folder, weights=not control)
+    mf = folder if isinstance(folder, ModelFolder) else open_folder(folder, weights=not control)
+    config = copy.deepcopy(mf.config)
     if task == "cls":
         config.num_labels = num_labels
         auto = AutoModelForSequenceClassification
@@ -156,21 +249,23 @@ def load_model(folder: str, task: str, control: bool, seed: int, num_labels: int
         if control:
             model = auto.from_config(config)
         else:
-            model = auto.from_pretrained(path, config=config, local_files_only=True, dtype=torch.float32)
-    except (OSError, ValueError, RuntimeError) as e:
-        raise InputError(f"--model {folder}: cannot load the weights: {e}") from None
+            model = auto.from_pretrained(mf.path, config=config, local_files_only=True, dtype=torch.float32)
+    except (OSError, ValueError, RuntimeError, KeyError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{mf.where}: cannot load the weights as {auto.__name__}: {first}") from None
     finally:
         transformers.logging.set_verbosity(verbosity)
     info = {
-        "path": str(path),
+        "path": str(mf.path),
+        "folder_kind": mf.kind,
         "control": control,
         "init": "random (seeded), same config" if control else "pretrained encoder + new seeded head",
         "architecture": type(model).__name__,
+        "model_type": config.model_type,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "tokenizer_hash": tok.fingerprint,
-        "manifest_kind": manifest.get("kind") if isinstance(manifest, dict) else None,
+        "manifest_kind": mf.manifest.get("kind"),
     }
-    return Loaded(tok, model, info)
+    return Loaded(None, model, info)
 
 
 # -- batching ------------------------------------------------------------------------------------
@@ -254,6 +349,8 @@ def fine_tune(
     device: Device,
     select: Callable[[object], float] | None = None,
     desc: str = "fine-tune",
+    pad_id: int = 0,
+    log_every: int = 10,
 ) -> dict:
     """Train `model` on `feats` (dicts with input_ids, token_type_ids + label_keys). With `select`
     (model -> score, higher is better), score after every epoch and end with the best state."""
@@ -277,14 +374,16 @@ def fine_tune(
     step, seen, train_seconds = 0, 0, 0.0
     history, best, best_state = [], None, None
     bar = tqdm(total=total, desc=desc, unit="step", disable=None, file=sys.stderr, dynamic_ncols=True)
-    loss_sum, loss_n = 0.0, 0
+    # the loss is summed on the device (float64: the same sum as Python's over the same float32
+    # values) and read on the host only every `log_every` steps: no GPU sync per step
+    loss_sum, loss_n = torch.zeros((), dtype=torch.float64, device=device.kind), 0
     for epoch in range(1, epochs + 1):
         model.train()
         t0 = time.perf_counter()
         for idxs in length_grouped_batches(lengths, s.batch_size, rng):
             if step >= total:
                 break
-            batch = {k: v.to(device.kind) for k, v in collate(feats, idxs, label_keys).items()}
+            batch = {k: v.to(device.kind, non_blocking=True) for k, v in collate(feats, idxs, label_keys, pad_id).items()}
             with device.autocast():
                 loss = model(**batch).loss
             loss.backward()
@@ -294,16 +393,16 @@ def fine_tune(
             opt.zero_grad(set_to_none=True)
             step += 1
             seen += len(idxs)
-            loss_sum += float(loss.detach())
+            loss_sum += loss.detach().double()
             loss_n += 1
             bar.update(1)
-            if step % 10 == 0 or step == total:
-                bar.set_postfix(epoch=epoch, loss=f"{loss_sum / loss_n:.4f}", lr=f"{sched.get_last_lr()[0]:.2e}")
+            if step % log_every == 0 or step == total:
+                bar.set_postfix(epoch=epoch, loss=f"{loss_sum.item() / loss_n:.4f}", lr=f"{sched.get_last_lr()[0]:.2e}")
         if device.kind == "cuda":
             torch.cuda.synchronize()
         train_seconds += time.perf_counter() - t0
-        row = {"epoch": epoch, "step": step, "train_loss": round(loss_sum / max(loss_n, 1), 5)}
-        loss_sum, loss_n = 0.0, 0
+        row = {"epoch": epoch, "step": step, "train_loss": round(loss_sum.item() / max(loss_n, 1), 5)}
+        loss_sum, loss_n = torch.zeros((), dtype=torch.float64, device=device.kind), 0
         if select is not None:
             score = select(model)
             row["valid"] = score
@@ -327,23 +426,53 @@ def fine_tune(
     }
 
 
-def predict(model, feats: list[dict], batch_size: int, device: Device, outputs: Callable, desc: str = "predict") -> list:
-    """outputs(model_output, batch_row, feature) -> the value kept per feature; returned in input order."""
+def predict(model, feats: list[dict], batch_size: int, device: Device, outputs: Callable, desc: str = "predict",
+            pad_id: int = 0, forward: Callable | None = None) -> list:
+    """outputs(model_output, batch) -> a tensor with one row per batch row, left on the device;
+    the rows come back (as numpy) in input order. Nothing is read on the host until the end (no
+    sync per batch). forward(model, batch) replaces model(**batch) (see qa_forward)."""
     import torch
     from tqdm import tqdm
 
     model.to(device.kind)
     model.eval()
-    out: list = [None] * len(feats)
+    kept: list = []
     batches = length_grouped_batches([len(f["input_ids"]) for f in feats], batch_size, None)
     with torch.inference_mode():
         for idxs in tqdm(batches, desc=desc, unit="batch", disable=None, file=sys.stderr, leave=False):
-            batch = {k: v.to(device.kind) for k, v in collate(feats, idxs).items()}
-            with device.autocast():
-                res = model(**batch)
-            for r, i in enumerate(idxs):
-                out[i] = outputs(res, r, feats[i])
+            batch = {k: v.to(device.kind, non_blocking=True) for k, v in collate(feats, idxs, (), pad_id).items()}
+            if forward is not None:
+                res = forward(model, batch)
+            else:
+                with device.autocast():
+                    res = model(**batch)
+            kept.append((idxs, outputs(res, batch)))
+    out: list = [None] * len(feats)
+    for idxs, values in kept:
+        values = values.cpu().numpy() if isinstance(values, torch.Tensor) else [v.cpu().numpy() for v in values]
+        for r, i in enumerate(idxs):
+            out[i] = values[r] if not isinstance(values, list) else tuple(v[r] for v in values)
     return out
+
+
+def qa_forward(device: Device) -> Callable:
+    """model(**batch) for a QA model whose start/end logits come out in fp32: with bf16 autocast the
+    encoder runs in bf16 and the span head in fp32 (bf16 logits tie, which changes the n-best order
+    and so EM/F1). Without autocast, the model's own forward."""
+    import torch
+    from transformers.modeling_outputs import QuestionAnsweringModelOutput
+
+    def forward(model, batch):
+        if not device.bf16 or not hasattr(model, "qa_outputs"):
+            return model(**batch)
+        with device.autocast():
+            hidden = model.base_model(**batch)[0]
+        with torch.autocast("cuda", enabled=False):
+            logits = model.qa_outputs(hidden.float())
+        start, end = logits.split(1, dim=-1)
+        return QuestionAnsweringModelOutput(start_logits=start.squeeze(-1), end_logits=end.squeeze(-1))
+
+    return forward
 
 
 def tokenize_texts(tok, texts: list[str], max_len: int, desc: str, chunk: int = 2000) -> list[dict]:

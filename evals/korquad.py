@@ -1,22 +1,27 @@
-"""KorQuAD 1.0: fine-tune a korbert model for extractive QA and score EM/F1 as the official scorer does.
+"""KorQuAD 1.0: fine-tune a model for extractive QA and score EM/F1 as the official scorer does.
 
     korbert eval korquad --model runs/pretrain/final --dev-file ../shared/data/korquad/KorQuAD_v1.0_dev.json
+
+The model is an exported korbert folder or any local transformers encoder folder whose (fast)
+tokenizer gives character offsets.
 
 Protocol. Only the dev file is available here, so by default the dev articles are split in file
 order: every fifth article (indices 0, 5, 10, ...) is held out and scored, the others are trained
 on (official dev file: 28 articles / 1,287 questions scored, 112 / 4,487 trained on). With
 `--train-file` the official protocol applies: train on the train file, score all of dev.
 
-Features. The tokenizer's own sliding window: `tok(questions, contexts, truncation="only_second",
-max_length=384, stride=128, return_overflowing_tokens=True, return_offsets_mapping=True)`; a
-window's answer start/end tokens are the context tokens that contain the answer's first and last
-characters (from the character offsets), and a window that does not hold the whole answer points
-both at [CLS] (index 0). Questions longer than `--max-query-len` tokens are cut (by offsets).
+Features (evals/features.py, cached in --features, default `features/` beside --out): the
+windows of the tokenizer's own sliding window (`truncation="only_second", max_length=384,
+stride=128`), each context tokenized once; a window's answer start/end tokens are the context
+tokens that contain the answer's first and last characters (from the character offsets), and a
+window that does not hold the whole answer points both at the first token (index 0). Questions
+longer than `--max-query-len` tokens are cut (by offsets). `prepare_features` below is the
+tokenizer's own overflow call, kept as the reference the cache is tested against.
 
-Decoding. Per question, over all its windows: the `--n-best` best start and end logits, spans
-inside the context with start <= end and at most `--max-answer-len` tokens, scored by
-start + end logit; the answer text is sliced from the original context by the offsets
-(context[start_char:end_char]), never re-joined from tokens.
+Decoding. Per question, over all its windows: the `--n-best` best start and end logits (fp32,
+also under bf16), spans inside the context with start <= end and at most `--max-answer-len`
+tokens, scored by start + end logit; the answer text is sliced from the original context by the
+offsets (context[start_char:end_char]), never re-joined from tokens.
 
 Writes to --out: predictions.json ({question id: answer text}, the official format),
 nbest_predictions.json, results.json (EM/F1 via evals.korquad_metric, the resolved config,
@@ -39,10 +44,12 @@ from corpus_tools.artifacts import atomic_write_json, file_record
 from corpus_tools.text import InputError
 from evals import korquad_metric
 from evals.data import QAExample, read_squad, split_articles, squad_examples
+from evals import features as F
 from evals.finetune import (
-    MODEL_HELP, Device, TrainSettings, fine_tune, load_model, predict, seed_everything,
+    MODEL_HELP, Device, TrainSettings, fine_tune, load_model, open_folder, predict, qa_forward, seed_everything,
     write_results,
 )
+from evals.table import print_table, result_row
 
 SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
 
@@ -74,6 +81,8 @@ class KorquadConfig:
     seed: int = C.field(42, "seed for the sample, the data order, the new head and dropout")
     device: str = C.field("auto", "auto (CUDA with bf16 when present, else CPU fp32), cpu or cuda", choices=["auto", "cpu", "cuda"])
     threads: int = C.field(0, "CPU threads for torch (0 = torch's default, one per core)")
+    features: str = C.field("", "feature cache folder, shared by runs with the same tokenizer, data and window settings (default: features/ beside --out)")
+    rebuild_features: bool = C.field(False, "build the features again even when the cache holds them")
 
 
 # -- features ------------------------------------------------------------------------------------
@@ -87,33 +96,15 @@ def cut_questions(tok, questions: list[str], max_query_len: int) -> list[str]:
 
 
 def answer_chars(ex: QAExample) -> tuple[int, int]:
-    """[start, end) of the first answer in the context, surrounding whitespace left out (a few
-    official answers end with a space, which no token covers)."""
-    a = ex.answers[0]
-    start, end = a["answer_start"], a["answer_start"] + len(a["text"])
-    while end > start + 1 and ex.context[end - 1].isspace():
-        end -= 1
-    while start < end - 1 and ex.context[start].isspace():
-        start += 1
-    return start, end
-
-
-def answer_tokens(offsets: list, seq: list, start_char: int, end_char: int) -> tuple[int, int]:
-    """(start, end) token indices of the answer [start_char, end_char) in one window: the context
-    tokens holding its first and last characters; (0, 0) = [CLS] when the window does not hold
-    the whole answer."""
-    ctx = [k for k, s in enumerate(seq) if s == 1]
-    if not ctx or offsets[ctx[0]][0] > start_char or offsets[ctx[-1]][1] < end_char:
-        return 0, 0
-    s = next(k for k in ctx if offsets[k][1] > start_char)
-    e = next(k for k in reversed(ctx) if offsets[k][0] < end_char)
-    return s, e
+    """[start, end) of the first answer in the context, surrounding whitespace left out."""
+    return F.answer_chars(ex.context, ex.answers)
 
 
 def prepare_features(tok, examples: list[QAExample], max_len: int, stride: int, max_query_len: int,
                      train: bool, chunk: int = 256, desc: str = "features") -> list[dict]:
-    """Windows of every example: input_ids, token_type_ids, example (index), offsets (context
-    tokens only, None elsewhere) and, with train=True, start_positions / end_positions."""
+    """The reference path (the tokenizer's own overflow call, one call per chunk of questions):
+    windows of every example: input_ids, token_type_ids, example (index), offsets (context tokens
+    only, None elsewhere) and, with train=True, start_positions / end_positions."""
     from tqdm import tqdm
 
     if max_len - max_query_len - 3 <= stride:
@@ -137,7 +128,7 @@ def prepare_features(tok, examples: list[QAExample], max_len: int, stride: int, 
                     "offsets": [tuple(o) if s == 1 else None for o, s in zip(offsets, seq)],
                 }
                 if train:
-                    f["start_positions"], f["end_positions"] = answer_tokens(offsets, seq, *answer_chars(part[sample]))
+                    f["start_positions"], f["end_positions"] = F.answer_tokens(f["offsets"], *answer_chars(part[sample]))
                 feats.append(f)
             bar.update(len(part))
     return feats
@@ -207,16 +198,19 @@ def scoring_dataset(examples: list[QAExample]) -> list[dict]:
 def main(cfg: KorquadConfig) -> dict:
     t_start = time.time()
     dev = read_squad(cfg.dev_file)
+    dev_all = squad_examples(dev, cfg.dev_file)
     if cfg.train_file:
         train_data = read_squad(cfg.train_file)
         train_ex = squad_examples(train_data, cfg.train_file, need_answer=True)
-        eval_ex = squad_examples(dev, cfg.dev_file)
+        train_all, train_path = squad_examples(train_data, cfg.train_file), cfg.train_file
+        eval_ex = dev_all
         protocol = {"name": "official", "train": "all of --train-file", "scored": "all of --dev-file"}
     else:
         tr_articles, held = split_articles(len(dev), cfg.holdout_every)
         if not tr_articles:
             raise InputError(f"{cfg.dev_file}: {len(dev)} article(s): nothing left to train on after the held-out split")
         train_ex = squad_examples(dev, cfg.dev_file, tr_articles, need_answer=True)
+        train_all, train_path = dev_all, cfg.dev_file
         eval_ex = squad_examples(dev, cfg.dev_file, held)
         protocol = {
             "name": "dev-split", "holdout_every": cfg.holdout_every,
@@ -231,26 +225,50 @@ def main(cfg: KorquadConfig) -> dict:
 
     device = Device.pick(cfg.device, cfg.threads)
     seed_everything(cfg.seed)
-    loaded = load_model(cfg.model, "qa", cfg.control, cfg.seed)
-    tok, model = loaded.tok, loaded.model
-    if cfg.max_len > model.config.max_position_embeddings:
-        raise InputError(f"--max-len {cfg.max_len} > the model's max_position_embeddings {model.config.max_position_embeddings}")
+    mf = open_folder(cfg.model, weights=not cfg.control)
+    if cfg.max_len > mf.config.max_position_embeddings:
+        raise InputError(f"--max-len {cfg.max_len} > the model's max_position_embeddings {mf.config.max_position_embeddings}")
 
     t0 = time.time()
-    train_feats = prepare_features(tok, train_ex, cfg.max_len, cfg.stride, cfg.max_query_len, True, desc="features train")
-    eval_feats = prepare_features(tok, eval_ex, cfg.max_len, cfg.stride, cfg.max_query_len, False, desc="features eval")
+    root = cfg.features or F.default_dir(cfg.out)
+    window = (cfg.max_len, cfg.stride, cfg.max_query_len, cfg.rebuild_features)
+    train_c = F.korquad(root, mf, train_path, train_all, *window)
+    eval_c = train_c if not cfg.train_file else F.korquad(root, mf, cfg.dev_file, dev_all, *window)
     t_feat = time.time() - t0
+    tmeta = train_c.meta["tokenizer"]
+    if mf.config.vocab_size < tmeta["size"]:
+        raise InputError(f"{mf.where}: config.json vocab_size {mf.config.vocab_size} < the tokenizer's {tmeta['size']} tokens")
+    loaded = load_model(mf, "qa", cfg.control, cfg.seed)
+    model = loaded.model
+    loaded.info["tokenizer_hash"] = tmeta["fingerprint"]
+
+    def select_windows(cached, all_ex, chosen, train: bool) -> list[dict]:
+        """The windows of the `chosen` questions, in their order, `example` renumbered to index `chosen`."""
+        pos = {e.id: i for i, e in enumerate(all_ex)}
+        by_q: dict[int, list[int]] = {}
+        for w, q in enumerate(cached.columns["example"]):
+            by_q.setdefault(q, []).append(w)
+        keep = ("input_ids", "token_type_ids", "offsets") + (("start_positions", "end_positions") if train else ())
+        out = []
+        for i, e in enumerate(chosen):
+            for w in by_q.get(pos[e.id], []):
+                out.append({**{k: cached.columns[k][w] for k in keep}, "example": i})
+        return out
+
+    train_feats = select_windows(train_c, train_all, train_ex, True)
+    eval_feats = select_windows(eval_c, dev_all, eval_ex, False)
     impossible = sum(f["start_positions"] == 0 for f in train_feats)
+    pad = tmeta["pad_token_id"]
 
     settings = TrainSettings(cfg.epochs, cfg.max_steps, cfg.batch_size, cfg.lr, cfg.warmup_ratio, cfg.weight_decay, cfg.seed)
-    training = fine_tune(model, train_feats, ("start_positions", "end_positions"), settings, device, None, desc="korquad")
+    training = fine_tune(model, train_feats, ("start_positions", "end_positions"), settings, device, None, desc="korquad", pad_id=pad)
 
     logits = predict(
         model, eval_feats, cfg.eval_batch_size, device,
-        lambda res, r, f: (res.start_logits[r, : len(f["input_ids"])].float().cpu().numpy(),
-                           res.end_logits[r, : len(f["input_ids"])].float().cpu().numpy()),
-        desc="predict",
+        lambda res, batch: (res.start_logits.float(), res.end_logits.float()),
+        desc="predict", pad_id=pad, forward=qa_forward(device),
     )
+    logits = [(s[: len(f["input_ids"])], e[: len(f["input_ids"])]) for (s, e), f in zip(logits, eval_feats)]
     preds, nbest = postprocess(eval_ex, eval_feats, logits, cfg.n_best, cfg.max_answer_len)
     scores = korquad_metric.evaluate(scoring_dataset(eval_ex), preds, quiet=True)
 
@@ -260,6 +278,7 @@ def main(cfg: KorquadConfig) -> dict:
     data = {"dev": file_record(cfg.dev_file)}
     if cfg.train_file:
         data["train"] = file_record(cfg.train_file)
+    folders = sorted({str(train_c.folder), str(eval_c.folder)})
     results = write_results(out, "korquad", {
         "metrics": {"exact_match": round(scores["exact_match"], 4), "f1": round(scores["f1"], 4)},
         "metric": "official KorQuAD 1.0 scorer (character-level F1), evals/korquad_metric.py",
@@ -271,6 +290,8 @@ def main(cfg: KorquadConfig) -> dict:
         "n": {"train_questions": len(train_ex), "train_windows": len(train_feats), "train_windows_without_answer": impossible,
               "scored_questions": len(eval_ex), "eval_windows": len(eval_feats)},
         "full_eval": cfg.max_eval_examples <= 0,
+        "features": {"folders": folders, "built": int(train_c.built) + int(eval_c is not train_c and eval_c.built),
+                     "reused": int(not train_c.built) + int(eval_c is not train_c and not eval_c.built)},
         "training": training,
         "examples_per_s": training["examples_per_s"],
         "examples_are": "windows (features)",
@@ -285,7 +306,10 @@ def main(cfg: KorquadConfig) -> dict:
         f"({protocol['name']} protocol); trained on {len(train_ex):,} questions = {len(train_feats):,} windows, "
         f"{training['steps']} steps -> {out}"
     )
-    print(f"fine-tuning throughput: {training['examples_per_s']} examples/s (windows) on {device.name} ({device.precision})")
+    print(f"features: {'built' if results['features']['built'] else 'read from the cache'} in {t_feat:.1f}s "
+          f"({train_c.folder.parent}); fine-tuning throughput: {training['examples_per_s']} examples/s (windows) "
+          f"on {device.name} ({device.precision})")
+    print_table([result_row(cfg.model, cfg.control, "given folder", korquad=results)])
     return results
 
 

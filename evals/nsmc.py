@@ -1,10 +1,13 @@
-"""NSMC sentiment: fine-tune a korbert model (or the random-init control) and score test accuracy.
+"""NSMC sentiment: fine-tune a model (or its random-init control) and score test accuracy.
 
     korbert eval nsmc --model runs/pretrain/final --train ../shared/data/nsmc/ratings_train.txt \
         --test ../shared/data/nsmc/ratings_test.txt --out runs/eval-nsmc
 
-Sequence classification on [CLS] (BertForSequenceClassification: a new seeded head on the
-pretrained encoder). A seeded random slice of train (`--valid-size`, default 10%) is held out for
+The model is an exported korbert folder or any local transformers encoder folder (its own
+tokenizer is used). Sequence classification on the first token (AutoModelForSequenceClassification:
+a new seeded head on the pretrained encoder). Features come from the cache in --features (default:
+`features/` beside --out; see evals/features.py): built on the first run, read on every later
+one, so fine-tuning itself needs no tokenizer and no Kiwi. A seeded random slice of train (`--valid-size`, default 10%) is held out for
 model selection: the model is scored on it after every epoch and the best epoch's weights are
 kept; the test set is used once, at the end. Writes to --out:
 
@@ -26,9 +29,10 @@ from corpus_tools.artifacts import atomic_write_bytes, file_record
 from corpus_tools.text import InputError
 from evals.data import read_nsmc
 from evals.finetune import (
-    MODEL_HELP, Device, TrainSettings, fine_tune, load_model, predict, seed_everything, tokenize_texts,
-    write_results,
+    MODEL_HELP, Device, TrainSettings, fine_tune, load_model, open_folder, predict, seed_everything, write_results,
 )
+from evals import features as F
+from evals.table import print_table, result_row
 
 SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
 
@@ -43,6 +47,8 @@ class NsmcConfig:
     out: str = C.field("runs/eval-nsmc", "output folder")
     control: bool = C.field(False, "control run: the model's config with a seeded random initialization, same fine-tuning")
     max_len: int = C.field(128, "maximum tokens per review, [CLS] and [SEP] included")
+    features: str = C.field("", "feature cache folder, shared by runs with the same tokenizer, data and max length (default: features/ beside --out)")
+    rebuild_features: bool = C.field(False, "build the features again even when the cache holds them")
     epochs: int = C.field(2, "training epochs (the best one on the validation slice is kept)")
     max_steps: int = C.field(0, "stop after this many optimizer steps (0 = no limit)")
     batch_size: int = C.field(32, "training batch size")
@@ -78,32 +84,39 @@ def main(cfg: NsmcConfig) -> dict:
         raise InputError(f"--max-len must be at least 3, got {cfg.max_len}")
     device = Device.pick(cfg.device, cfg.threads)
     seed_everything(cfg.seed)
-    loaded = load_model(cfg.model, "cls", cfg.control, cfg.seed, num_labels=2)
-    tok, model = loaded.tok, loaded.model
-    if cfg.max_len > model.config.max_position_embeddings:
-        raise InputError(f"--max-len {cfg.max_len} > the model's max_position_embeddings {model.config.max_position_embeddings}")
+    mf = open_folder(cfg.model, weights=not cfg.control)
+    if cfg.max_len > mf.config.max_position_embeddings:
+        raise InputError(f"--max-len {cfg.max_len} > the model's max_position_embeddings {mf.config.max_position_embeddings}")
+
+    t0 = time.time()
+    root = cfg.features or F.default_dir(cfg.out)
+    train_c = F.nsmc(root, mf, cfg.train, train_rows, cfg.max_len, cfg.rebuild_features)
+    test_c = F.nsmc(root, mf, cfg.test, test_rows, cfg.max_len, cfg.rebuild_features)
+    t_feat = time.time() - t0
+    tmeta = train_c.meta["tokenizer"]
+    if mf.config.vocab_size < tmeta["size"]:
+        raise InputError(f"{mf.where}: config.json vocab_size {mf.config.vocab_size} < the tokenizer's {tmeta['size']} tokens")
+    loaded = load_model(mf, "cls", cfg.control, cfg.seed, num_labels=2)
+    model = loaded.model
+    loaded.info["tokenizer_hash"] = tmeta["fingerprint"]
 
     tr_idx, va_idx = split_train(len(train_rows), cfg.valid_size, cfg.seed)
     if cfg.max_train_examples > 0:
         tr_idx = tr_idx[: cfg.max_train_examples]
-    if cfg.max_eval_examples > 0:
-        test_rows = test_rows[: cfg.max_eval_examples]
+    n_test = min(cfg.max_eval_examples, len(test_rows)) if cfg.max_eval_examples > 0 else len(test_rows)
+    test_rows = test_rows[:n_test]
     train = [train_rows[i] for i in tr_idx]
     valid = [train_rows[i] for i in va_idx]
-
-    t0 = time.time()
-    train_feats = tokenize_texts(tok, [r.text for r in train], cfg.max_len, "tokenize train")
-    for f, r in zip(train_feats, train):
-        f["labels"] = r.label
-    valid_feats = tokenize_texts(tok, [r.text for r in valid], cfg.max_len, "tokenize valid")
-    test_feats = tokenize_texts(tok, [r.text for r in test_rows], cfg.max_len, "tokenize test")
-    t_tok = time.time() - t0
+    train_feats = [{**f, "labels": f.pop("label")} for f in train_c.rows(tr_idx)]
+    valid_feats = train_c.rows(va_idx)
+    test_feats = test_c.rows(range(n_test))
+    pad = tmeta["pad_token_id"]
 
     def probs(feats, desc):
         import torch
 
-        return predict(model, feats, cfg.eval_batch_size, device,
-                       lambda res, r, f: torch.softmax(res.logits[r].float(), -1)[1].item(), desc)
+        return [float(x) for x in predict(model, feats, cfg.eval_batch_size, device,
+                                          lambda res, batch: torch.softmax(res.logits.float(), -1)[:, 1], desc, pad)]
 
     def accuracy(p, rows) -> float:
         return sum((x >= 0.5) == (r.label == 1) for x, r in zip(p, rows)) / max(len(rows), 1)
@@ -112,7 +125,7 @@ def main(cfg: NsmcConfig) -> dict:
         return round(accuracy(probs(valid_feats, "valid"), valid), 6)
 
     settings = TrainSettings(cfg.epochs, cfg.max_steps, cfg.batch_size, cfg.lr, cfg.warmup_ratio, cfg.weight_decay, cfg.seed)
-    training = fine_tune(model, train_feats, ("labels",), settings, device, select if valid else None, desc="nsmc")
+    training = fine_tune(model, train_feats, ("labels",), settings, device, select if valid else None, desc="nsmc", pad_id=pad)
 
     p_test = probs(test_feats, "test")
     acc = accuracy(p_test, test_rows)
@@ -130,20 +143,25 @@ def main(cfg: NsmcConfig) -> dict:
         "data": {"train": file_record(cfg.train), "test": file_record(cfg.test)},
         "n": {"train": len(train), "valid": len(valid), "test": len(test_rows)},
         "full_test": cfg.max_eval_examples <= 0,
+        "features": {"folders": [str(train_c.folder), str(test_c.folder)], "built": train_c.built + test_c.built,
+                     "reused": (not train_c.built) + (not test_c.built)},
         "training": training,
         "examples_per_s": training["examples_per_s"],
         "device": device.describe(),
-        "seconds": {"tokenize": round(t_tok, 2), "train": training["train_seconds"], "total": round(time.time() - t_start, 2)},
+        "seconds": {"features": round(t_feat, 2), "train": training["train_seconds"], "total": round(time.time() - t_start, 2)},
         "config": C.to_dict(cfg),
     }, ["predictions.tsv"])
     what = "control (random init)" if cfg.control else Path(cfg.model).name
     partial = "" if cfg.max_eval_examples <= 0 else f" (first {len(test_rows)} only: --max-eval-examples)"
+    built = results["features"]["built"]
     print(
         f"nsmc [{what}]: test accuracy {100 * acc:.2f}% on {len(test_rows):,} reviews{partial}; "
         f"valid {'-' if best_valid is None else f'{100 * best_valid:.2f}%'} (epoch {training['selected_epoch']}); "
         f"{len(train):,} train reviews, {training['steps']} steps -> {out}"
     )
-    print(f"fine-tuning throughput: {training['examples_per_s']} examples/s on {device.name} ({device.precision})")
+    print(f"features: {'built' if built else 'read from the cache'} in {t_feat:.1f}s ({train_c.folder.parent}); "
+          f"fine-tuning throughput: {training['examples_per_s']} examples/s on {device.name} ({device.precision})")
+    print_table([result_row(cfg.model, cfg.control, "given folder", nsmc=results)])
     return results
 
 

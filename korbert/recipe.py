@@ -14,7 +14,9 @@ changed setting redoes only the stages it reaches:
 
 Every preset also fine-tunes the control (same architecture, random initialization, same
 fine-tuning) and runs the TF-IDF + logistic regression baselines, so the report shows what
-pretraining bought. Any stage setting can be changed with --set stage.field=value.
+pretraining bought; `--compare DIR ...` adds other models (any local transformers encoder folder)
+as rows, fine-tuned the same way. Fine-tuning features are built once per tokenizer and cached
+(out/nsmc/features, out/korquad/features). Any stage setting can be changed with --set stage.field=value.
 """
 
 from __future__ import annotations
@@ -106,6 +108,10 @@ class RecipeConfig:
     nsmc_test: str = C.field("", "NSMC-format test file")
     korquad_dev: str = C.field("", "KorQuAD 1.0 dev JSON (split by article unless --korquad-train is given)")
     korquad_train: str = C.field("", "KorQuAD 1.0 train JSON: the official protocol (train on it, score all of dev)")
+    compare: list[str] = C.field(
+        [], "other model folders (a korbert final/ or any local transformers BERT/ELECTRA/RoBERTa folder with its "
+        "tokenizer) fine-tuned with the same settings and seed, each a row of the results table",
+    )
     set: list[str] = C.field([], "stage settings, as stage.field=value (e.g. pretrain.max_steps=100 nsmc.epochs=2)")
     force: bool = C.field(False, "redo every stage")
 
@@ -140,6 +146,10 @@ def _stage_configs(cfg: RecipeConfig) -> dict:
     for path in [*corpus, nsmc_train, nsmc_test, korquad_dev, *([cfg.korquad_train] if cfg.korquad_train else [])]:
         if not any(ch in path for ch in "*?[") and not Path(path).exists():
             raise InputError(f"{path}: no such file (preset {cfg.preset!r}; pass your own paths with --corpus/--nsmc-train/...)")
+    from evals.finetune import open_folder
+
+    for folder in cfg.compare:  # checked before hours of pretraining, not after
+        open_folder(folder, label=f"--compare {folder}")
     classes = {"vocab": VocabConfig, "shards": ShardsConfig, "pretrain": PretrainConfig, "nsmc": NsmcConfig, "korquad": KorquadConfig, "baseline": BaselineConfig}
     final = str(out / "pretrain" / "final")
     base = {
@@ -164,7 +174,25 @@ def _stage_configs(cfg: RecipeConfig) -> dict:
         cfgs[s] = classes[s](**values)
     cfgs["nsmc_control"] = replace(cfgs["nsmc"], control=True, out=str(out / "nsmc" / "control"))
     cfgs["korquad_control"] = replace(cfgs["korquad"], control=True, out=str(out / "korquad" / "control"))
-    return {"out": out, "cfgs": cfgs}
+    compare = []
+    for folder in cfg.compare:
+        slug = "compare-" + "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in Path(folder.rstrip("/")).name)
+        slug += "-" + hashlib.sha256(str(Path(folder).resolve()).encode()).hexdigest()[:6]
+        compare.append({
+            "folder": folder,
+            "nsmc": replace(cfgs["nsmc"], model=folder, out=str(out / "nsmc" / slug)),
+            "korquad": replace(cfgs["korquad"], model=folder, out=str(out / "korquad" / slug)),
+        })
+    return {"out": out, "cfgs": cfgs, "compare": compare}
+
+
+def _folder_key(folder: str) -> str:
+    """What a --compare folder's results depend on: its config, weights and tokenizer files."""
+    from corpus_tools.artifacts import file_record
+
+    path = Path(folder)
+    names = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "tokenizer_config.json")
+    return _key([file_record(path / n)["sha256"] for n in names if (path / n).is_file()])
 
 
 def _key(*parts) -> str:
@@ -246,9 +274,18 @@ def main(cfg: RecipeConfig) -> dict:
         "korquad_control": ev("korquad (control)", korquad_stage, cfgs["korquad_control"], model_key),
         "baseline": ev("baseline", baseline_stage, cfgs["baseline"], ""),
     }
+    compared = []
+    for c in plan["compare"]:
+        upstream = _folder_key(c["folder"])
+        name = Path(c["folder"].rstrip("/")).name
+        compared.append({
+            "folder": c["folder"],
+            "nsmc": ev(f"nsmc ({name})", nsmc_stage, c["nsmc"], upstream),
+            "korquad": ev(f"korquad ({name})", korquad_stage, c["korquad"], upstream),
+        })
     from korbert.report import write_report
 
-    report = write_report(out, cfg, PRESETS[cfg.preset], cfgs, vm, sm, pm, results, times, time.time() - t_start)
+    report = write_report(out, cfg, PRESETS[cfg.preset], cfgs, vm, sm, pm, results, times, time.time() - t_start, compared)
     print(f"\n{(out / 'report.md').read_text(encoding='utf-8')}")
     return report
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, machine
+from evals.table import render_table, result_row
 
 
 def _pct(x) -> str:
@@ -55,20 +56,23 @@ def plot_curves(log: list[dict], folder: Path) -> list[str]:
     return names
 
 
-def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict, sm: dict, pm: dict, results: dict, times: dict, seconds: float) -> dict:
+def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict, sm: dict, pm: dict, results: dict, times: dict, seconds: float,
+                 compared: list[dict] = ()) -> dict:
     pre = cfgs["pretrain"]
     log = _read_log(Path(pre.out) / "log.jsonl")
     plots = plot_curves(log, out / "plots")
     pr = results
-    nsmc_m, nsmc_c = pr["nsmc"]["metrics"], pr["nsmc_control"]["metrics"]
-    kq_m, kq_c = pr["korquad"]["metrics"], pr["korquad_control"]["metrics"]
     base = pr["baseline"]
+    final = cfgs["nsmc"].model
     rows = [
-        {"system": f"korbert BERT-{pre.model_size} (pretrained here)", "nsmc_accuracy": nsmc_m["accuracy"], "korquad_em": kq_m["exact_match"] / 100, "korquad_f1": kq_m["f1"] / 100},
-        {"system": f"control: BERT-{pre.model_size}, random init", "nsmc_accuracy": nsmc_c["accuracy"], "korquad_em": kq_c["exact_match"] / 100, "korquad_f1": kq_c["f1"] / 100},
+        result_row(final, False, "pretrained here", pr["nsmc"], pr["korquad"], system=f"korbert BERT-{pre.model_size}"),
+        result_row(final, True, "control", pr["nsmc_control"], pr["korquad_control"], system=f"control: BERT-{pre.model_size}, random init"),
     ]
+    for c in compared:
+        rows.append(result_row(c["folder"], False, "given folder", c["nsmc"], c["korquad"]))
     for kind, r in base["baselines"].items():
-        rows.append({"system": f"TF-IDF + LR: {r['features']}", "nsmc_accuracy": r["accuracy"], "korquad_em": None, "korquad_f1": None})
+        rows.append({"system": f"TF-IDF + LR: {r['features']}", "origin": "baseline", "parameters": None,
+                     "nsmc_accuracy": r["accuracy"], "korquad_em": None, "korquad_f1": None})
     tr = sm["counts"]["train"]
     pre_eval = pm.get("eval") or {}
     dev = pr["nsmc"].get("device", {})
@@ -120,11 +124,8 @@ def render(r: dict) -> str:
         "",
         "## Results",
         "",
-        "| system | NSMC-R accuracy | KorQuAD EM | KorQuAD F1 |",
-        "|---|---:|---:|---:|",
+        *render_table(r["table"]),
     ]
-    for row in r["table"]:
-        lines.append(f"| {row['system']} | {_pct(row['nsmc_accuracy'])} | {_pct(row['korquad_em'])} | {_pct(row['korquad_f1'])} |")
     kq = f["korquad"]
     lines += [
         "",
@@ -134,7 +135,8 @@ def render(r: dict) -> str:
         f"KorQuAD 1.0 ({_protocol(kq.get('protocol'))}): {kq['n']['train_questions']:,} training questions ({kq['n']['train_windows']:,} windows), "
         f"{kq['n']['scored_questions']:,} scored; {kq['epochs']} epoch(s), lr {kq['lr']}, {kq['examples_per_s']} windows/s. "
         "EM/F1 by the official KorQuAD 1.0 scorer (character-level F1).",
-        "The control is the same architecture from a random initialization with the same fine-tuning.",
+        "The control is the same architecture from a random initialization with the same fine-tuning; "
+        "models given with --compare are fine-tuned with the same settings and seed, each with its own tokenizer.",
         "",
         "## Pretraining",
         "",

@@ -234,17 +234,6 @@ def test_postprocess_picks_the_best_valid_span_by_offsets():
 # -- end to end ----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def one_thread():
-    """The e2e runs use --threads 1 (a tiny model gains nothing from more, and a busy shared machine
-    makes multi-threaded tiny ops crawl); torch's thread count is restored afterwards."""
-    import torch
-
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
-
-
 def _nsmc(model_dir, out, **kw):
     from evals.nsmc import NsmcConfig, main
 
@@ -308,8 +297,13 @@ def test_korquad_end_to_end_and_deterministic(model_dir, tmp_path, one_thread):
 
 
 def test_model_folder_errors(model_dir, tmp_path, capsys):
-    from evals.finetune import load_model
+    from evals.finetune import load_model, open_folder
+    from evals.nsmc import NsmcConfig
+    from evals.nsmc import main as nsmc_main
     from korbert.cli import main as korbert
+
+    def korbert_nsmc(**kw):
+        return nsmc_main(NsmcConfig(**kw))
 
     with pytest.raises(InputError, match="no such folder"):
         load_model(str(tmp_path / "nope"), "cls", False, 0)
@@ -320,7 +314,9 @@ def test_model_folder_errors(model_dir, tmp_path, capsys):
     shutil.copytree(model_dir, bad)
     (bad / "manifest.json").write_text(json.dumps({"kind": "model", "tokenizer_hash": "0" * 64}), encoding="utf-8")
     with pytest.raises(InputError, match="manifest.json says the model was trained with 000000000000"):
-        load_model(str(bad), "cls", False, 0)
+        open_folder(str(bad)).tokenizer()  # checked when the tokenizer is loaded (building features)
+    with pytest.raises(InputError, match="manifest.json says the model was trained with 000000000000"):
+        korbert_nsmc(model=str(bad), out=str(tmp_path / "o"), max_train_examples=10, max_eval_examples=10, device="cpu")
     (bad / "manifest.json").unlink()
     (bad / "model.safetensors").unlink()
     with pytest.raises(InputError, match="no model.safetensors"):

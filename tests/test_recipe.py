@@ -16,18 +16,24 @@ TINY = [
 ]
 
 
-def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_path, corpus_file, capsys):
+def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_path, corpus_file, bert_dir, capsys):
     out = tmp_path / "run"
-    cfg = RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=TINY)
+    cfg = RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=TINY, compare=[str(bert_dir)])
     r = main(cfg)
     rows = {row["system"].split(":")[0].split(",")[0]: row for row in r["table"]}
-    assert len(r["table"]) == 4 and all(0 <= row["nsmc_accuracy"] <= 1 for row in r["table"])
-    assert r["table"][0]["korquad_f1"] is not None and r["table"][1]["korquad_f1"] is not None
+    assert len(r["table"]) == 5 and all(0 <= row["nsmc_accuracy"] <= 1 for row in r["table"])
+    assert [row["origin"] for row in r["table"]] == ["pretrained here", "control", "given folder", "baseline", "baseline"]
+    assert all(row["korquad_f1"] is not None and row["parameters"] > 0 for row in r["table"][:3])
+    assert r["table"][2]["system"] == bert_dir.name and r["table"][2]["architecture"] == "bert"
+    # the model and its control read one feature cache per task; the other tokenizer has its own
+    nsmc_feats = [json.loads((out / "nsmc" / x / "results.json").read_text())["features"] for x in ("model", "control")]
+    assert nsmc_feats[0]["folders"] == nsmc_feats[1]["folders"] and nsmc_feats[1]["built"] == 0
+    assert len(list((out / "nsmc" / "features").glob("nsmc-*"))) == 4  # (train, test) x (korbert, the BERT folder)
     assert any(k.startswith("TF-IDF") for k in rows)
     report = json.loads((out / "report.json").read_text())
     assert report["pretraining"]["steps"] == 8 and report["corpus"]["vocab_size"] == 3000
     md = (out / "report.md").read_text()
-    assert "| system | NSMC-R accuracy | KorQuAD EM | KorQuAD F1 |" in md and "control" in md
+    assert "| system | origin | parameters | NSMC-R accuracy | KorQuAD EM | KorQuAD F1 |" in md and "control" in md
     for plot in report["plots"]:
         assert (out / plot).stat().st_size > 1000
     assert (out / "pretrain" / "final" / "model.safetensors").is_file()
@@ -36,12 +42,12 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
     capsys.readouterr()
     again = main(cfg)  # nothing changed: every stage is up to date
     text = capsys.readouterr().out
-    assert text.count("up to date") >= 8 and again["table"] == r["table"]
+    assert text.count("up to date") >= 10 and again["table"] == r["table"]
 
     changed = main(RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, "nsmc.lr=3e-4"]))
     assert {"nsmc", "nsmc (control)"} <= set(changed["stage_seconds"])
     assert not {"korquad", "korquad (control)", "baseline"} & set(changed["stage_seconds"])
-    assert changed["table"][2:] == r["table"][2:]  # the baselines were not redone
+    assert changed["table"][2:] == r["table"][3:]  # the baselines were not redone (and no --compare this time)
 
     capsys.readouterr()  # a shards option: shards and pretraining are replaced (not refused), the model's evals redone
     redo = main(RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, "shards.short_seq_prob=0.2"]))

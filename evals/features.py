@@ -1,0 +1,345 @@
+"""Fine-tuning features, built once with `datasets` and cached on disk for every later run.
+
+    features/<task>-<key16>/features.json    what the folder holds: key, tokenizer, inputs, settings,
+                                              counts, and the sha256 of every Arrow file
+    features/<task>-<key16>/*.arrow           the features, written by Dataset.map(batched=True)
+
+The key (also passed to `Dataset.map` as `new_fingerprint`) is the sha256 of the tokenizer files,
+the input file's sha256 and the feature settings (max length; for KorQuAD stride and question
+length). Features cover the whole input file, so the pretrained model and its control, reruns,
+other seeds and other training-set sizes all read the same cache; the selection (train/valid
+split, --max-train-examples) happens when the cache is read.
+
+Reading a cache loads neither the tokenizer nor Kiwi: fine-tuning and scoring run where `import
+kiwipiepy` fails (a GPU machine without it) once the features were built elsewhere. A cache is
+never used silently when it is stale: another tokenizer or other settings give another key (and
+another folder); a file that changed since it was written (truncated, edited) is an error that
+says to rebuild (--rebuild-features).
+
+NSMC: `[CLS] review [SEP]`, cut at max length, exactly as `tok(texts, truncation=True)`.
+
+KorQuAD: each distinct context is tokenized once (not once per question), each question once
+(cut after `max_query_len` tokens, by offsets, then tokenized again when cut); the windows are
+assembled from these token lists the way the tokenizer's own `truncation="only_second", stride=`
+overflow does it (tests/test_features.py checks they are identical), with the tokenizer's own
+special-token layout (read from one probe encoding, so BERT's [CLS] q [SEP] c [SEP] and RoBERTa's
+<s> q </s></s> c </s> both come out right).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from corpus_tools.artifacts import atomic_write_json, sha256_file
+from corpus_tools.text import InputError
+
+VERSION = 1
+STATS: Counter = Counter()  # "built" / "reused" feature sets in this process (tests read it)
+
+
+@dataclass
+class Cached:
+    """A feature set: the rows as Python lists (column -> list) and what features.json says."""
+
+    columns: dict
+    meta: dict
+    folder: Path
+    built: bool
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    def rows(self, idxs=None) -> list[dict]:
+        names = list(self.columns)
+        idxs = range(len(self)) if idxs is None else idxs
+        return [{k: self.columns[k][i] for k in names} for i in idxs]
+
+
+def default_dir(out: str) -> Path:
+    """The cache beside a run's output folder: runs/x/nsmc/model -> runs/x/nsmc/features (so a
+    model and its control share it)."""
+    return Path(out).resolve().parent / "features"
+
+
+def _key(task: str, tokenizer_sha256: str, inputs: dict, settings: dict) -> str:
+    ident = {"version": VERSION, "task": task, "tokenizer_files": tokenizer_sha256, "inputs": inputs, "settings": settings}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
+def _read_meta(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / "features.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _others(root: Path, task: str) -> str:
+    """What else the cache folder holds for this task (for the miss message)."""
+    found = []
+    for d in sorted(root.glob(f"{task}-*")):
+        m = _read_meta(d)
+        if m:
+            found.append(f"{d.name} (tokenizer {m['tokenizer']['files_sha256'][:12]}, {json.dumps(m['settings'], sort_keys=True)})")
+    return "; it holds " + ", ".join(found) if found else ""
+
+
+def get(root: str | Path, task: str, mf, inputs: dict[str, str], settings: dict, build, rebuild: bool = False) -> Cached:
+    """The cached features of (`task`, model folder `mf`'s tokenizer, `inputs` {name: path},
+    `settings`), built first with `build(tok, folder, key) -> (columns names, counts)` when absent.
+
+    `build` writes its Arrow files into `folder` with Dataset.map(new_fingerprint=key,
+    cache_file_name=folder/NAME.arrow); this function then writes features.json, last."""
+    from datasets import Dataset
+
+    root = Path(root)
+    records = {name: sha256_file(path) for name, path in inputs.items()}
+    key = _key(task, mf.tokenizer_sha256, records, settings)
+    folder = root / f"{task}-{key[:16]}"
+    meta = None if rebuild else _read_meta(folder)
+    if meta is not None and meta.get("key") == key and meta.get("complete"):
+        for name, rec in meta["files"].items():
+            f = folder / name
+            if not f.is_file() or f.stat().st_size != rec["bytes"] or sha256_file(f) != rec["sha256"]:
+                raise InputError(
+                    f"{f}: cached features changed or truncated since they were written (features.json has "
+                    f"{rec['bytes']:,} bytes, sha256 {rec['sha256'][:12]}): rerun with --rebuild-features, or delete {folder}"
+                )
+        want = mf.trained_tokenizer_hash
+        if want and meta["tokenizer"].get("fingerprint") not in (None, want):
+            raise InputError(
+                f"{folder}: features made with tokenizer {meta['tokenizer']['fingerprint'][:12]}, but {mf.where} says the "
+                f"model was trained with {want[:12]}: the folder mixes a model and a foreign tokenizer"
+            )
+        columns = {}
+        for name in meta["files"]:
+            ds = Dataset.from_file(str(folder / name))
+            for col in ds.column_names:
+                columns[col] = ds.data.column(col).to_pylist()
+        STATS["reused"] += 1
+        return Cached(columns, meta, folder, built=False)
+
+    tmp = folder.with_name(folder.name + ".partial")
+    try:
+        tok = mf.tokenizer()
+        if folder.exists():
+            shutil.rmtree(folder)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        t0 = time.time()
+        names, counts = build(tok, tmp, key)
+    except ImportError as e:  # kiwipiepy missing: only the cache could have helped
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise InputError(
+            f"{root}: no cached {task} features for {mf.where} with {json.dumps(settings, sort_keys=True)}"
+            f"{_others(root, task)}; building them needs the tokenizer, which cannot run here ({e}). Build them "
+            f"where it can (the same command with --features DIR) and bring DIR along"
+        ) from None
+    files = {n: {"bytes": (tmp / n).stat().st_size, "sha256": sha256_file(tmp / n)} for n in names}
+    meta = {
+        "kind": "features", "version": VERSION, "task": task, "key": key, "complete": True,
+        "tokenizer": {
+            "files_sha256": mf.tokenizer_sha256, "fingerprint": mf.tokenizer_fingerprint(tok),
+            "class": type(tok).__name__, "size": len(tok), "pad_token_id": tok.pad_token_id or 0,
+        },
+        "model_folder": str(mf.path), "inputs": {n: {"path": str(p), "sha256": records[n]} for n, p in inputs.items()},
+        "settings": settings, "counts": counts, "files": files, "seconds": round(time.time() - t0, 2),
+    }
+    atomic_write_json(tmp / "features.json", meta)
+    tmp.rename(folder)
+    STATS["built"] += 1
+    columns = {}
+    for name in names:
+        ds = Dataset.from_file(str(folder / name))
+        for col in ds.column_names:
+            columns[col] = ds.data.column(col).to_pylist()
+    return Cached(columns, meta, folder, built=True)
+
+
+def _map(rows: dict, fn, folder: Path, name: str, key: str, desc: str, batch_size: int = 1000):
+    """Dataset.from_dict(rows).map(fn, batched=True) into folder/name, keyed by `key`."""
+    from datasets import Dataset, disable_progress_bars, enable_progress_bars, is_progress_bar_enabled
+
+    ds = Dataset.from_dict(rows)
+    quiet = not sys.stderr.isatty()
+    was = is_progress_bar_enabled()
+    if quiet:
+        disable_progress_bars()
+    try:
+        return ds.map(fn, batched=True, batch_size=batch_size, remove_columns=ds.column_names, new_fingerprint=hashlib.sha256(f"{key}-{name}".encode()).hexdigest(),
+                      cache_file_name=str(folder / name), desc=desc)
+    finally:
+        if quiet and was:
+            enable_progress_bars()
+
+
+# -- NSMC ------------------------------------------------------------------------------------------
+
+
+def nsmc(root, mf, path: str, rows: list, max_len: int, rebuild: bool = False) -> Cached:
+    """input_ids, token_type_ids, label of every review of `path` (`rows` = evals.data.read_nsmc)."""
+    if max_len < 3:
+        raise InputError(f"--max-len must be at least 3, got {max_len}")
+
+    def build(tok, folder: Path, key: str):
+        def fn(batch):
+            enc = tok(batch["text"], truncation=True, max_length=max_len)
+            types = enc.get("token_type_ids") or [[0] * len(x) for x in enc["input_ids"]]
+            return {"input_ids": enc["input_ids"], "token_type_ids": types, "label": batch["label"]}
+
+        ds = _map({"text": [r.text for r in rows], "label": [r.label for r in rows]}, fn, folder, "reviews.arrow", key,
+                  f"features {Path(path).name}")
+        return ["reviews.arrow"], {"reviews": len(ds), "tokens": sum(len(x) for x in ds.data.column("input_ids").to_pylist())}
+
+    return get(root, "nsmc", mf, {"file": path}, {"max_len": max_len}, build, rebuild)
+
+
+# -- KorQuAD ---------------------------------------------------------------------------------------
+
+
+def pair_layout(tok) -> list[tuple]:
+    """The tokenizer's special-token layout for a pair, from one probe encoding: a list of
+    ("special", id, type_id) / ("A", type_id) / ("B", type_id) in order."""
+    enc = tok("가", "나", return_token_type_ids=True)
+    seq = enc.sequence_ids(0)
+    ids, types = enc["input_ids"], enc.get("token_type_ids") or [0] * len(enc["input_ids"])
+    layout: list[tuple] = []
+    for i, s in enumerate(seq):
+        if s is None:
+            layout.append(("special", ids[i], types[i]))
+        elif not layout or layout[-1][0] != "AB"[s]:
+            layout.append(("AB"[s], types[i]))
+    if [x[0] for x in layout if x[0] != "special"] != ["A", "B"]:
+        raise InputError(f"{type(tok).__name__}: cannot read its pair layout from {enc['input_ids']}")
+    return layout
+
+
+def windows(layout, q_ids: list[int], c_ids: list[int], c_offs: list, max_len: int, stride: int):
+    """The windows of one question over its context, as the tokenizer's `truncation="only_second"`
+    overflow makes them: [(input_ids, token_type_ids, offsets (None outside the context))]."""
+    n_special = sum(x[0] == "special" for x in layout)
+    budget = max_len - len(q_ids) - n_special
+    if len(q_ids) + len(c_ids) + n_special <= max_len:
+        parts = [(0, len(c_ids))]
+    else:
+        if budget <= stride:
+            raise InputError(f"max_len {max_len}: no room for the context beside a {len(q_ids)}-token question with stride {stride}")
+        parts, start = [], 0
+        while True:
+            stop = min(start + budget, len(c_ids))
+            parts.append((start, stop))
+            if stop == len(c_ids):
+                break
+            start += budget - stride
+    out = []
+    for a, b in parts:
+        ids, types, offs = [], [], []
+        for item in layout:
+            if item[0] == "special":
+                ids.append(item[1]), types.append(item[2]), offs.append(None)
+            elif item[0] == "A":
+                ids += q_ids
+                types += [item[1]] * len(q_ids)
+                offs += [None] * len(q_ids)
+            else:
+                ids += c_ids[a:b]
+                types += [item[1]] * (b - a)
+                offs += [tuple(o) for o in c_offs[a:b]]
+        out.append((ids, types, offs))
+    return out
+
+
+def answer_tokens(offsets: list, start_char: int, end_char: int) -> tuple[int, int]:
+    """(start, end) token indices of the answer [start_char, end_char) in one window: the context
+    tokens holding its first and last characters; (0, 0) = [CLS] when the window does not hold
+    the whole answer."""
+    ctx = [k for k, o in enumerate(offsets) if o is not None]
+    if not ctx or offsets[ctx[0]][0] > start_char or offsets[ctx[-1]][1] < end_char:
+        return 0, 0
+    s = next(k for k in ctx if offsets[k][1] > start_char)
+    e = next(k for k in reversed(ctx) if offsets[k][0] < end_char)
+    return s, e
+
+
+def answer_chars(context: str, answers: list[dict]) -> tuple[int, int]:
+    """[start, end) of the first answer in the context, surrounding whitespace left out (a few
+    official answers end with a space, which no token covers); (-1, -1) without an answer."""
+    if not answers:
+        return -1, -1
+    a = answers[0]
+    start, end = a["answer_start"], a["answer_start"] + len(a["text"])
+    while end > start + 1 and context[end - 1].isspace():
+        end -= 1
+    while start < end - 1 and context[start].isspace():
+        start += 1
+    return start, end
+
+
+def korquad(root, mf, path: str, examples: list, max_len: int, stride: int, max_query_len: int, rebuild: bool = False) -> Cached:
+    """The windows of every question of `path` (`examples` = all its questions, in file order):
+    input_ids, token_type_ids, example (index into `examples`), offsets ([start, end] for context
+    tokens, [-1, -1] elsewhere), start_positions / end_positions of the first answer."""
+    if max_len - max_query_len - 3 <= stride:
+        raise InputError(f"--max-len {max_len} leaves no room: it must exceed --max-query-len + 3 + --stride ({max_query_len + 3 + stride})")
+
+    def build(tok, folder: Path, key: str):
+        if not getattr(tok, "is_fast", False):
+            raise InputError(
+                f"{mf.where}: its tokenizer ({type(tok).__name__}) gives no character offsets, which KorQuAD's answer "
+                f"spans need: save a fast tokenizer (tokenizer.json) with the model"
+            )
+        layout = pair_layout(tok)
+        contexts: dict[str, int] = {}
+        for e in examples:
+            contexts.setdefault(e.context, len(contexts))
+
+        def tok_contexts(batch):
+            enc = tok(batch["context"], add_special_tokens=False, return_offsets_mapping=True)
+            return {"ids": enc["input_ids"], "offsets": [[list(o) for o in offs] for offs in enc["offset_mapping"]]}
+
+        cds = _map({"context": list(contexts)}, tok_contexts, folder, "contexts.arrow", key, "features: contexts", 64)
+        c_ids = cds.data.column("ids").to_pylist()
+        c_offs = cds.data.column("offsets").to_pylist()
+        del cds
+        (folder / "contexts.arrow").unlink()  # an intermediate: the windows hold what is needed
+
+        def tok_questions(batch):
+            qs = [q.lstrip() for q in batch["question"]]
+            enc = tok(qs, add_special_tokens=False, return_offsets_mapping=True)
+            ids = list(enc["input_ids"])
+            cut = [i for i, offs in enumerate(enc["offset_mapping"]) if len(offs) > max_query_len]
+            if cut:  # cut after the max_query_len-th token, then tokenized again (what the pair call sees)
+                again = tok([qs[i][: enc["offset_mapping"][i][max_query_len - 1][1]] for i in cut], add_special_tokens=False)
+                for i, x in zip(cut, again["input_ids"]):
+                    ids[i] = x
+            out = {k: [] for k in ("input_ids", "token_type_ids", "offsets", "example", "start_positions", "end_positions")}
+            for q, ex, ci, s, e in zip(ids, batch["example"], batch["context"], batch["answer_start"], batch["answer_end"]):
+                for w_ids, w_types, w_offs in windows(layout, q, c_ids[ci], c_offs[ci], max_len, stride):
+                    a, b = answer_tokens(w_offs, s, e) if s >= 0 else (0, 0)
+                    out["input_ids"].append(w_ids)
+                    out["token_type_ids"].append(w_types)
+                    out["offsets"].append([list(o) if o is not None else [-1, -1] for o in w_offs])
+                    out["example"].append(ex)
+                    out["start_positions"].append(a)
+                    out["end_positions"].append(b)
+            return out
+
+        spans = [answer_chars(e.context, e.answers) for e in examples]
+        rows = {
+            "question": [e.question for e in examples], "example": list(range(len(examples))),
+            "context": [contexts[e.context] for e in examples],
+            "answer_start": [s for s, _ in spans], "answer_end": [e for _, e in spans],
+        }
+        wds = _map(rows, tok_questions, folder, "windows.arrow", key, "features: questions", 256)
+        return ["windows.arrow"], {"questions": len(examples), "contexts": len(contexts), "windows": len(wds)}
+
+    cached = get(root, "korquad", mf, {"file": path}, {"max_len": max_len, "stride": stride, "max_query_len": max_query_len}, build, rebuild)
+    cached.columns["offsets"] = [[tuple(o) if o[0] >= 0 else None for o in offs] for offs in cached.columns["offsets"]]
+    return cached
