@@ -96,8 +96,6 @@ def get(root: str | Path, task: str, mf, inputs: dict[str, str], settings: dict,
 
     `build` writes its Arrow files into `folder` with Dataset.map(new_fingerprint=key,
     cache_file_name=folder/NAME.arrow); this function then writes features.json, last."""
-    from datasets import Dataset
-
     root = Path(root)
     records = {name: sha256_file(path) for name, path in inputs.items()}
     key = _key(task, mf.tokenizer_sha256, records, settings)
@@ -117,13 +115,8 @@ def get(root: str | Path, task: str, mf, inputs: dict[str, str], settings: dict,
                 f"{folder}: features made with tokenizer {meta['tokenizer']['fingerprint'][:12]}, but {mf.where} says the "
                 f"model was trained with {want[:12]}: the folder mixes a model and a foreign tokenizer"
             )
-        columns = {}
-        for name in meta["files"]:
-            ds = Dataset.from_file(str(folder / name))
-            for col in ds.column_names:
-                columns[col] = ds.data.column(col).to_pylist()
         STATS["reused"] += 1
-        return Cached(columns, meta, folder, built=False)
+        return Cached(_load_columns(folder, meta["files"]), meta, folder, built=False)
 
     tmp = folder.with_name(folder.name + ".partial")
     try:
@@ -155,12 +148,19 @@ def get(root: str | Path, task: str, mf, inputs: dict[str, str], settings: dict,
     atomic_write_json(tmp / "features.json", meta)
     tmp.rename(folder)
     STATS["built"] += 1
+    return Cached(_load_columns(folder, names), meta, folder, built=True)
+
+
+def _load_columns(folder: Path, names) -> dict:
+    """The Arrow files `names` of `folder` as {column: Python list}."""
+    from datasets import Dataset
+
     columns = {}
     for name in names:
         ds = Dataset.from_file(str(folder / name))
         for col in ds.column_names:
             columns[col] = ds.data.column(col).to_pylist()
-    return Cached(columns, meta, folder, built=True)
+    return columns
 
 
 def _map(rows: dict, fn, folder: Path, name: str, key: str, desc: str, batch_size: int = 1000):
@@ -196,7 +196,10 @@ def nsmc(root, mf, path: str, rows: list, max_len: int, rebuild: bool = False) -
 
         ds = _map({"text": [r.text for r in rows], "label": [r.label for r in rows]}, fn, folder, "reviews.arrow", key,
                   f"features {Path(path).name}")
-        return ["reviews.arrow"], {"reviews": len(ds), "tokens": sum(len(x) for x in ds.data.column("input_ids").to_pylist())}
+        import pyarrow.compute as pc
+
+        tokens = pc.sum(pc.list_value_length(ds.data.column("input_ids").combine_chunks())).as_py() or 0
+        return ["reviews.arrow"], {"reviews": len(ds), "tokens": tokens}
 
     return get(root, "nsmc", mf, {"file": path}, {"max_len": max_len}, build, rebuild)
 

@@ -1,8 +1,8 @@
 """What the NSMC and KorQuAD fine-tuning runs share.
 
-  * `load_model`: an exported korbert model folder (config.json + model.safetensors saved from
-    BertForPreTraining + the korbert tokenizer files [+ manifest.json of kind "model"]) -> the
-    tokenizer and a task model (a new, seeded head on the pretrained encoder), or with
+  * `open_folder` / `ModelFolder`: a model folder (an exported korbert folder, or any local
+    transformers encoder folder with its tokenizer files), checked without loading the tokenizer.
+  * `load_model`: a folder -> a task model (a new, seeded head on the pretrained encoder), or with
     `control=True` the same architecture from a seeded random initialization.
   * `Device`: CUDA when present (bf16 autocast, fp32 weights), CPU fp32 otherwise.
   * `fine_tune`: AdamW (no decay on biases/LayerNorm), linear warmup then linear decay, gradient
@@ -90,7 +90,6 @@ def seed_everything(seed: int) -> None:
 
 @dataclass
 class Loaded:
-    tok: object
     model: object
     info: dict = field(default_factory=dict)
 
@@ -132,7 +131,7 @@ class ModelFolder:
 
     @property
     def trained_tokenizer_hash(self) -> str | None:
-        return self.manifest.get("tokenizer_hash") if isinstance(self.manifest, dict) else None
+        return self.manifest.get("tokenizer_hash")
 
     def tokenizer(self):
         if self._tok is None:
@@ -159,8 +158,7 @@ class ModelFolder:
         try:
             return AutoTokenizer.from_pretrained(self.path, local_files_only=True)
         except (OSError, ValueError, TypeError, KeyError, ImportError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise InputError(f"{self.where}: cannot load its tokenizer with AutoTokenizer ({first})") from None
+            raise InputError(f"{self.where}: cannot load its tokenizer with AutoTokenizer ({_first_line(e)})") from None
         finally:
             transformers.logging.set_verbosity(verbosity)
 
@@ -170,6 +168,23 @@ class ModelFolder:
         if self.kind == "korbert":
             return (tok or self.tokenizer()).fingerprint
         return self.tokenizer_sha256
+
+
+def _first_line(e: BaseException) -> str:
+    """An exception's first line (transformers' messages run to paragraphs), or its type."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _read_json(path: Path, where: str) -> dict:
+    """A folder's optional JSON file ({} when absent or not an object); unreadable: one line."""
+    if not path.is_file():
+        return {}
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise InputError(f"{where}: unreadable {path.name} ({e})") from None
+    return value if isinstance(value, dict) else {}
 
 
 def open_folder(folder: str, weights: bool = True, label: str | None = None) -> ModelFolder:
@@ -189,29 +204,18 @@ def open_folder(folder: str, weights: bool = True, label: str | None = None) -> 
     found = [n for n in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json") if (path / n).is_file()]
     if weights and not found:
         raise InputError(f"{where}: no model.safetensors or pytorch_model.bin ({MODEL_HELP}); --control needs only config.json")
-    tcfg = {}
-    if (path / "tokenizer_config.json").is_file():
-        try:
-            tcfg = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
-            raise InputError(f"{where}: unreadable tokenizer_config.json ({e})") from None
-    kind = "korbert" if isinstance(tcfg, dict) and tcfg.get("tokenizer_class") == "KorBertTokenizer" else "transformers"
+    tcfg = _read_json(path / "tokenizer_config.json", where)
+    kind = "korbert" if tcfg.get("tokenizer_class") == "KorBertTokenizer" else "transformers"
     if kind == "korbert" and not (path / "tokenizer.json").is_file():
         raise InputError(f"{where}: no tokenizer.json: the korbert tokenizer files must sit beside the model")
     if not any((path / n).is_file() for n in TOKENIZER_FILES if n not in ("tokenizer_config.json", "special_tokens_map.json")):
         raise InputError(f"{where}: no tokenizer files (tokenizer.json, vocab.txt, ...): save the tokenizer with the model (tokenizer.save_pretrained)")
-    manifest = {}
-    if (path / "manifest.json").is_file():
-        try:
-            manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
-            raise InputError(f"{where}: unreadable manifest.json ({e})") from None
+    manifest = _read_json(path / "manifest.json", where)
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InputError(f"{where}: config.json: {first}") from None
-    return ModelFolder(path, kind, config, manifest if isinstance(manifest, dict) else {}, tokenizer_files_sha256(path), where)
+        raise InputError(f"{where}: config.json: {_first_line(e)}") from None
+    return ModelFolder(path, kind, config, manifest, tokenizer_files_sha256(path), where)
 
 
 def open_model_folder(folder: str, weights: bool = True, label: str | None = None):
@@ -228,7 +232,7 @@ def open_model_folder(folder: str, weights: bool = True, label: str | None = Non
 
 def load_model(folder: str | ModelFolder, task: str, control: bool, seed: int, num_labels: int = 2) -> Loaded:
     """task "cls" (sequence classification on [CLS]) or "qa" (span start/end). The tokenizer is
-    not loaded (see ModelFolder); `Loaded.tok` is None."""
+    not loaded (see ModelFolder)."""
     import torch
     import transformers
     from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
@@ -251,8 +255,7 @@ def load_model(folder: str | ModelFolder, task: str, control: bool, seed: int, n
         else:
             model = auto.from_pretrained(mf.path, config=config, local_files_only=True, dtype=torch.float32)
     except (OSError, ValueError, RuntimeError, KeyError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InputError(f"{mf.where}: cannot load the weights as {auto.__name__}: {first}") from None
+        raise InputError(f"{mf.where}: cannot load the weights as {auto.__name__}: {_first_line(e)}") from None
     finally:
         transformers.logging.set_verbosity(verbosity)
     info = {
@@ -265,7 +268,7 @@ def load_model(folder: str | ModelFolder, task: str, control: bool, seed: int, n
         "parameters": sum(p.numel() for p in model.parameters()),
         "manifest_kind": mf.manifest.get("kind"),
     }
-    return Loaded(None, model, info)
+    return Loaded(model, info)
 
 
 # -- batching ------------------------------------------------------------------------------------
@@ -473,22 +476,6 @@ def qa_forward(device: Device) -> Callable:
         return QuestionAnsweringModelOutput(start_logits=start.squeeze(-1), end_logits=end.squeeze(-1))
 
     return forward
-
-
-def tokenize_texts(tok, texts: list[str], max_len: int, desc: str, chunk: int = 2000) -> list[dict]:
-    """Single texts -> features ([CLS] text [SEP], truncated), with a progress bar."""
-    from tqdm import tqdm
-
-    feats = []
-    with tqdm(total=len(texts), desc=desc, unit="text", unit_scale=True, disable=None, file=sys.stderr, leave=False) as bar:
-        for i in range(0, len(texts), chunk):
-            enc = tok(texts[i : i + chunk], truncation=True, max_length=max_len)
-            feats += [
-                {"input_ids": a, "token_type_ids": b}
-                for a, b in zip(enc["input_ids"], enc["token_type_ids"])
-            ]
-            bar.update(min(chunk, len(texts) - i))
-    return feats
 
 
 def write_results(out: str | Path, task: str, results: dict, files: list[str]) -> dict:

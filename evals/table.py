@@ -25,7 +25,7 @@ def result_row(model: str, control: bool, origin: str, nsmc: dict | None = None,
     }
 
 
-def _pct(x) -> str:
+def pct(x) -> str:
     return "-" if x is None else f"{100 * x:.2f}"
 
 
@@ -37,8 +37,8 @@ def render_table(rows: list[dict]) -> list[str]:
     lines = ["| system | origin | parameters | NSMC-R accuracy | KorQuAD EM | KorQuAD F1 |", "|---|---|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(
-            f"| {r['system']} | {r.get('origin', '-')} | {_params(r.get('parameters'))} | {_pct(r['nsmc_accuracy'])} "
-            f"| {_pct(r['korquad_em'])} | {_pct(r['korquad_f1'])} |"
+            f"| {r['system']} | {r.get('origin', '-')} | {_params(r.get('parameters'))} | {pct(r['nsmc_accuracy'])} "
+            f"| {pct(r['korquad_em'])} | {pct(r['korquad_f1'])} |"
         )
     return lines
 

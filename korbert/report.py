@@ -8,11 +8,7 @@ from pathlib import Path
 
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, machine
-from evals.table import render_table, result_row
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.2f}"
+from evals.table import pct, render_table, result_row
 
 
 def _read_log(path: Path) -> list[dict]:
@@ -143,8 +139,8 @@ def render(r: dict) -> str:
         f"BERT-{p['model_size']} ({p['parameters'] / 1e6:.1f}M parameters), budget: {budget}; global batch {p['global_batch']}, peak lr {p['lr']}.",
         f"{p['steps']:,} steps, {p['tokens']:,} tokens in {p['seconds'] / 60:.1f} min ({p['tokens_per_s']:,.0f} tokens/s).",
         f"Objective {p.get('objective', 'mlm+nsp')}, {p.get('instances', 'document')} instances{per_instance}.",
-        f"Held-out MLM accuracy {_pct(p['held_out_mlm_accuracy'])}%, MLM loss {p['held_out_mlm_loss'] or float('nan'):.3f}"
-        + (f", NSP accuracy {_pct(p['held_out_nsp_accuracy'])}%." if p.get("held_out_nsp_accuracy") is not None else " (MLM only: no NSP)."),
+        f"Held-out MLM accuracy {pct(p['held_out_mlm_accuracy'])}%, MLM loss {p['held_out_mlm_loss'] or float('nan'):.3f}"
+        + (f", NSP accuracy {pct(p['held_out_nsp_accuracy'])}%." if p.get("held_out_nsp_accuracy") is not None else " (MLM only: no NSP)."),
         "",
     ]
     lines += [f"![{Path(x).stem}]({x})" for x in r["plots"]]

@@ -74,28 +74,11 @@ def bert_dir(tmp_path_factory, corpus_file) -> Path:
     """A small plain-transformers BERT folder, not korbert's: a WordPiece vocabulary trained with
     `tokenizers` on the sample, BertTokenizerFast + a random BertForMaskedLM (hidden 32, 2 layers),
     both saved with save_pretrained. Nothing is downloaded."""
-    import torch
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+    from evals.make_bert_folder import build
 
     out = tmp_path_factory.mktemp("bert")
     texts = [json.loads(line)["text"] for line in corpus_file.read_text(encoding="utf-8").splitlines()]
-    backend = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    backend.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False, clean_text=True)
-    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    backend.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=2000, special_tokens=specials))
-    backend.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", backend.token_to_id("[CLS]")), ("[SEP]", backend.token_to_id("[SEP]"))],
-    )
-    tok = BertTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                            sep_token="[SEP]", mask_token="[MASK]", do_lower_case=False)
-    tok.save_pretrained(out)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                        max_position_embeddings=512, pad_token_id=tok.pad_token_id)
-    BertForMaskedLM(config).save_pretrained(out)
+    build(texts, out, vocab_size=2000, layers=2, hidden=32, heads=2, intermediate=64, seed=0)
     return out
 
 

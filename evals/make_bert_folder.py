@@ -3,7 +3,7 @@ on a machine that cannot download one: a WordPiece vocabulary trained with `toke
 given corpus (no lowercasing, no accent stripping), BertTokenizerFast, and a seeded random-init
 BertForMaskedLM of the given size, saved with save_pretrained.
 
-    python benchmarks/make_bert_folder.py --out runs/bert-wordpiece-mini
+    python -m evals.make_bert_folder --out runs/bert-wordpiece-mini
     korbert run --preset demo --compare runs/bert-wordpiece-mini
 
 Its scores are those of a randomly initialized BERT with a WordPiece vocabulary (a second control,
@@ -15,12 +15,9 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 SIZES = {"tiny": (2, 128, 2), "mini": (4, 256, 4), "small": (4, 512, 8)}
 
 
@@ -33,36 +30,42 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
 
-    import torch
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
-
     def texts():
         for path in a.corpus:
             with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
                 for line in f:
                     yield json.loads(line)["text"]
 
+    layers, hidden, heads = SIZES[a.size]
+    tok = build(texts(), Path(a.out), a.vocab_size, layers, hidden, heads, 4 * hidden, a.seed)
+    print(f"{a.out}: BERT-{a.size} (random init), WordPiece vocabulary {len(tok)}; "
+          f"영화가 정말 재밌었어요 -> {tok.tokenize('영화가 정말 재밌었어요')}")
+
+
+def build(texts, out: Path, vocab_size: int, layers: int, hidden: int, heads: int, intermediate: int, seed: int = 0):
+    """Train the WordPiece vocabulary on `texts`, save BertTokenizerFast and a seeded random
+    BertForMaskedLM to `out`; returns the tokenizer. (tests/conftest.py's `bert_dir` uses it too.)"""
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
     backend = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     backend.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False, clean_text=True)
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    backend.train_from_iterator(texts(), trainers.WordPieceTrainer(vocab_size=a.vocab_size, special_tokens=specials))
+    backend.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials))
     backend.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", backend.token_to_id("[CLS]")), ("[SEP]", backend.token_to_id("[SEP]"))],
     )
     tok = BertTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
                             sep_token="[SEP]", mask_token="[MASK]", do_lower_case=False)
-    out = Path(a.out)
     tok.save_pretrained(out)
-    layers, hidden, heads = SIZES[a.size]
-    torch.manual_seed(a.seed)
+    torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=4 * hidden, max_position_embeddings=512, pad_token_id=tok.pad_token_id)
+                        intermediate_size=intermediate, max_position_embeddings=512, pad_token_id=tok.pad_token_id)
     BertForMaskedLM(config).save_pretrained(out)
-    print(f"{out}: BERT-{a.size} (random init), WordPiece vocabulary {len(tok)}; "
-          f"영화가 정말 재밌었어요 -> {tok.tokenize('영화가 정말 재밌었어요')}")
+    return tok
 
 
 if __name__ == "__main__":
