@@ -27,7 +27,10 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 def file_record(path: str | os.PathLike) -> dict:
     """How a manifest names an input file: path, size and sha256 (the content is what counts)."""
     p = Path(path)
-    return {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
+    record = {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
+    if getattr(path, "first", 0):  # text.FirstDocs: only the first N documents are read
+        record["first_documents"] = path.first
+    return record
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

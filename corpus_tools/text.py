@@ -151,12 +151,37 @@ class ReadStats:
         }
 
 
+class FirstDocs(type(Path())):  # type: ignore[misc]
+    """An input file of which only the first `first` documents are read (spelled `PATH@N`)."""
+
+    first: int = 0
+
+
+def _slice_spec(spec: str | os.PathLike) -> str | os.PathLike | FirstDocs:
+    m = re.fullmatch(r"(.+)@(\d+)", str(spec)) if isinstance(spec, str) else None
+    if not m or Path(spec).exists():
+        return spec
+    p = FirstDocs(m.group(1))
+    if not p.is_file():
+        raise InputError(f"input not found: {m.group(1)} (from {spec}: PATH@N reads the first N documents of one file)")
+    p.first = int(m.group(2))
+    if p.first < 1:
+        raise InputError(f"{spec}: PATH@N needs N >= 1")
+    return p
+
+
 def expand_inputs(inputs: Sequence[str | os.PathLike]) -> list[Path]:
-    """Files, directories (all files below, sorted) and globs -> a sorted, de-duplicated list."""
+    """Files, directories (all files below, sorted) and globs -> a sorted, de-duplicated list.
+
+    `PATH@N` (a file, e.g. `kowiki.jsonl.gz@15000`) stands for the first N documents of that file:
+    a slice of a large corpus without copying it. Manifests record N beside the file's checksum.
+    """
     files: list[Path] = []
-    for spec in inputs:
-        p = Path(spec)
-        if p.is_dir():
+    for spec in map(_slice_spec, inputs):
+        p = Path(spec) if not isinstance(spec, FirstDocs) else spec
+        if isinstance(p, FirstDocs):
+            files.append(p)
+        elif p.is_dir():
             files += sorted(q for q in p.rglob("*") if q.is_file() and not q.name.startswith("."))
         elif p.is_file():
             files.append(p)
@@ -212,11 +237,15 @@ def iter_documents(
             stats.documents_in += 1
             stats.skip(reason, where)
 
+        first = path.first if isinstance(path, FirstDocs) else 0
+        taken = stats.documents_in  # documents of this file so far = documents_in - taken
         with fh:
             buf: list[str] = []
             start = 0
             try:
                 for lineno, raw in enumerate(fh, 1):
+                    if first and stats.documents_in - taken >= first:
+                        break
                     stats.bytes += len(raw)
                     where = f"{path}:{lineno}"
                     try:
@@ -251,7 +280,7 @@ def iter_documents(
                         buf = []
             except (OSError, EOFError, gzip.BadGzipFile) as e:
                 raise InputError(f"{path}: cannot read ({e})") from None
-            if buf:
+            if buf and not (first and stats.documents_in - taken >= first):
                 stats.documents_in += 1
                 yield f"{path}:{start}", "".join(buf)
 

@@ -83,7 +83,7 @@ def segmented_sentences(texts: list[str], threads: int) -> list[str]:
 def _same_work(old: dict, config: dict, inputs: list[dict]) -> bool:
     """Up to date = same options and same input *contents* (a path spelled another way is the same file)."""
     def content(i):
-        return [(x["bytes"], x["sha256"]) for x in i]
+        return [(x["bytes"], x["sha256"], x.get("first_documents")) for x in i]
 
     def options(c):
         return {k: v for k, v in c.items() if k != "inputs"}

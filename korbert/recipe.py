@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, fields, replace
@@ -66,10 +67,16 @@ PRESETS = {
     },
     "cpu": {
         **_shared,
-        "about": "the shared corpus (652k documents); full NSMC-R (150k/50k) and the KorQuAD dev split; BERT-mini, 30 min of CPU pretraining",
-        "vocab": {"vocab_size": 32000},
-        "shards": {},
-        "pretrain": {"model_size": "mini", "max_steps": 0, "max_minutes": 30, "batch_size": 64, "lr": 1e-3, "eval_every": 500, "eval_instances": 2000},
+        "corpus": [*_shared["corpus"], str(SHARED / "corpus" / "kowiki.jsonl.gz") + "@8000"],
+        "about": "the shared corpus (652k documents) + the first 8,000 kowiki articles (19.8M characters); full NSMC-R (150k/50k) and the "
+                 "KorQuAD dev split; BERT-mini, 30 min of CPU pretraining: 16k vocabulary, packed instances, MLM only, no dropout, "
+                 "2,048 tokens per step at lr 1e-3",
+        "vocab": {"vocab_size": 16000},
+        "shards": {"instances": "packed", "nsp": False},
+        "pretrain": {
+            "model_size": "mini", "objective": "mlm", "override": ["hidden_dropout_prob=0", "attention_probs_dropout_prob=0"],
+            "max_steps": 0, "max_minutes": 30, "tokens_per_batch": 2048, "lr": 1e-3, "eval_every": 500, "eval_instances": 2000,
+        },
         "nsmc": {"epochs": 1, "lr": 1e-4, "batch_size": 64},
         "korquad": {"epochs": 2, "lr": 2e-4, "batch_size": 16},
         "baseline": {},
@@ -144,6 +151,7 @@ def _stage_configs(cfg: RecipeConfig) -> dict:
     nsmc_train, nsmc_test = cfg.nsmc_train or p["nsmc_train"], cfg.nsmc_test or p["nsmc_test"]
     korquad_dev = cfg.korquad_dev or p["korquad_dev"]
     for path in [*corpus, nsmc_train, nsmc_test, korquad_dev, *([cfg.korquad_train] if cfg.korquad_train else [])]:
+        path = re.sub(r"@\d+$", "", path) if not Path(path).exists() else path  # PATH@N: the first N documents
         if not any(ch in path for ch in "*?[") and not Path(path).exists():
             raise InputError(f"{path}: no such file (preset {cfg.preset!r}; pass your own paths with --corpus/--nsmc-train/...)")
     from evals.finetune import open_folder

@@ -8,7 +8,8 @@ import unicodedata
 import pytest
 
 from corpus_tools.morph import analyze, segment_spans
-from corpus_tools.text import InputError, ReadStats, clean, iter_documents, nfc, nfc_with_offsets
+from corpus_tools.artifacts import file_record
+from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_documents, nfc, nfc_with_offsets
 
 
 def test_nfc_keeps_korean_composed():
@@ -46,6 +47,13 @@ def test_iter_documents_formats_and_counted_skips(tmp_path):
         list(iter_documents([tmp_path / "c.txt.gz"], strict=True))
     with pytest.raises(InputError, match="not found"):
         list(iter_documents([tmp_path / "missing.txt"]))
+    # PATH@N: the first N documents of one file (malformed lines count as documents read)
+    assert [t for _, t in iter_documents([f"{tmp_path / 'a.txt'}@1"])] == ["첫 문서 첫 줄\n둘째 줄\n"]
+    assert [t for _, t in iter_documents([f"{tmp_path / 'b.jsonl'}@2"])] == ["제이슨"]
+    assert [t for _, t in iter_documents([f"{tmp_path / 'a.txt'}@9", tmp_path / "b.jsonl"])][:3] == docs[:3]
+    assert file_record(expand_inputs([f"{tmp_path / 'a.txt'}@1"])[0])["first_documents"] == 1
+    with pytest.raises(InputError, match="not found"):
+        list(iter_documents([f"{tmp_path / 'missing.txt'}@3"]))
 
 
 def test_one_doc_per_line(tmp_path):
