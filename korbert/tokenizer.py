@@ -35,6 +35,13 @@ them, so byte fallback never widens to a word).
 Files of a tokenizer folder: tokenizer.json (backend; its pre-tokenizer entry is a placeholder,
 since the Kiwi step cannot be serialized), tokenizer_config.json, spm.model (the SentencePiece
 model it was built from) and manifest.json (hash, options, training statistics).
+
+The placeholder is a guard: its Metaspace `replacement` is the sentence `GUARD` instead of one
+character, so a loader that would silently split eojeols instead of morphemes (plain `tokenizers`,
+or transformers' generic `TokenizersBackend` fallback when korbert is not imported and
+`trust_remote_code` is not given) refuses the file and quotes how to load it. This class swaps the
+guard for "▁" when it reads the file (`_read_backend`); the fingerprint hashes the plain placeholder,
+so folders saved before the guard keep their hash.
 """
 
 from __future__ import annotations
@@ -66,6 +73,11 @@ SPACE = "▁"  # U+2581, SentencePiece's whitespace marker
 SPM_FILE = "spm.model"
 _SPACES = frozenset(c for c in map(chr, range(0x3001)) if c.isspace())  # every str.isspace() char
 FORMAT_VERSION = 1
+GUARD = (
+    "This is a korbert tokenizer (Kiwi morphemes); a generic tokenizer would split it differently. Load it with "
+    "`import korbert` before AutoTokenizer.from_pretrained(folder), or with AutoTokenizer.from_pretrained(folder, "
+    "trust_remote_code=True) (pipeline(..., trust_remote_code=True))"
+)
 _TO_SPACE = {ord(c): SPACE for c in _SPACES}
 _WS_TABLE: np.ndarray | None = None  # str.isspace() over all code points, built on first use
 _START, _END, _SENT = attrgetter("start"), attrgetter("end"), attrgetter("sent_position")  # of Kiwi's tokens
@@ -375,6 +387,9 @@ class KorBertTokenizer(TokenizersBackend):
         for name, tok in zip(("pad_token", "unk_token", "cls_token", "sep_token", "mask_token"), SPECIAL_TOKENS):
             kwargs.setdefault(name, tok)
         kwargs.setdefault("clean_up_tokenization_spaces", False)
+        if tokenizer_file is not None and "tokenizer_object" not in kwargs:
+            self._tokenizer = _read_backend(tokenizer_file)  # the base class keeps a backend set before its __init__
+            tokenizer_file = None
         super().__init__(tokenizer_file=tokenizer_file, kiwi_options=kiwi_options or dict(DEFAULT_KIWI), **kwargs)
         self.kiwi_options = dict(kiwi_options or DEFAULT_KIWI)
         vocab = self._tokenizer.get_vocab(with_added_tokens=False)
@@ -470,7 +485,7 @@ class KorBertTokenizer(TokenizersBackend):
 
     def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
         path = os.path.join(str(save_directory), (filename_prefix + "-" if filename_prefix else "") + "tokenizer.json")
-        self._with_placeholder(lambda b: b.save(path))
+        Path(path).write_text(guarded_json(self._with_placeholder(lambda b: b.to_str())), encoding="utf-8")
         spm_src = getattr(self, "_spm_path", None) or _existing(self.name_or_path, SPM_FILE)
         out = (path,)
         if spm_src and Path(spm_src).resolve() != Path(save_directory, SPM_FILE).resolve():
@@ -996,6 +1011,23 @@ def _bpe_merges(sp) -> list[tuple[str, str]]:
 
 
 def _placeholder_pre_tokenizer():
-    # Stands in for the Kiwi step in tokenizer.json. Loading that file without korbert gives
-    # eojeol-level, not morpheme-level, tokens: use KorBertTokenizer.from_pretrained.
+    # Stands in for the Kiwi step in the fingerprint, and (guarded) in tokenizer.json.
     return pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="never", split=True)
+
+
+def guarded_json(backend_json: str) -> str:
+    """tokenizer.json text whose placeholder pre-tokenizer carries `GUARD` (see the module doc)."""
+    state = json.loads(backend_json)
+    if (state.get("pre_tokenizer") or {}).get("type") != "Metaspace":
+        raise ValueError("tokenizer.json: expected korbert's Metaspace placeholder pre-tokenizer")
+    state["pre_tokenizer"]["replacement"] = GUARD
+    return json.dumps(state, ensure_ascii=False, indent=2) + "\n"
+
+
+def _read_backend(path: str | os.PathLike) -> Tokenizer:
+    """Load tokenizer.json, guarded (GUARD) or saved before the guard existed."""
+    state = json.loads(Path(path).read_text(encoding="utf-8"))
+    pre = state.get("pre_tokenizer") or {}
+    if pre.get("type") == "Metaspace" and pre.get("replacement") == GUARD:
+        pre["replacement"] = SPACE
+    return Tokenizer.from_str(json.dumps(state, ensure_ascii=False))
