@@ -23,7 +23,9 @@ Speed (benchmarks/tokenizer_throughput.py; Kiwi's analysis is the limit): a batc
 chunks, all queued to Kiwi's worker threads at once, and Python finishes chunk k while Kiwi
 analyses the next ones (`Segmenter.pipeline`). For one sequence per row without overflow windows,
 the rows come from a cache of each distinct word's tokens (`_PieceCache`), assembled with numpy;
-the backend's `Encoding`s are made only if something asks for them (`_LazyEncodings`). Pairs and
+the backend's `Encoding`s are made only if something asks for them (`_LazyEncodings`); one short
+string per call takes the same rules in plain Python (`Segmenter.one`, `_row_one`: numpy's fixed
+cost per call would exceed the work). Pairs and
 stride/overflow windows take HF's own backend call with the same words. BatchEncoding's char_to_token / token_to_chars / word_to_chars see the
 word-relative coordinates and are not supported: use `offset_mapping`.
 
