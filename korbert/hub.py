@@ -14,14 +14,15 @@ Two paths, both tested (tests/test_use.py):
    `pipeline("feature-extraction", model=folder)` work either way (with `trust_remote_code=True`
    in case 2).
 
-What cannot be fixed from inside the folder: with plain transformers and *no* `trust_remote_code`,
-transformers 5 deliberately falls back to a generic `TokenizersBackend` for any class it does not
-know (model_type `bert` counts as "local code", so it never asks for remote code), and that
-backend splits eojeols, not morphemes. The README says so; korbert's own entry points always load
-`KorBertTokenizer`.
+3. **plain transformers, no `trust_remote_code`**: transformers 5 falls back to a generic
+   `TokenizersBackend` for a tokenizer class it does not know (model_type `bert` counts as "local
+   code", so it never asks for remote code), and that backend would split eojeols, not morphemes.
+   So tokenizer.json carries a guard (`korbert.tokenizer.GUARD`, see that module's doc): the
+   generic loader refuses the file with an error that quotes how to load it. Never a different
+   tokenizer in silence.
 
 `add_auto_files(folder)` writes the files; `korbert.pretrain.export` calls it for every `final/`;
-`add_auto_files(folder, update_manifest=True)` adds them to a folder exported before.
+`add_auto_files(folder, update_manifest=True)` adds them (and the guard) to a folder exported before.
 Only the standard library is imported at module level (`korbert/__init__.py` imports this).
 """
 
@@ -133,13 +134,22 @@ def add_auto_files(folder: str | Path, update_manifest: bool = False) -> list[st
     cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     cfg["auto_map"] = AUTO_MAP
     cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+    names.append("tokenizer_config.json")
+    backend = folder / "tokenizer.json"
+    if backend.is_file():  # a folder saved before the guard: add it (the tokenizer's hash does not change)
+        from korbert.tokenizer import GUARD, guarded_json
+
+        text = backend.read_text(encoding="utf-8")
+        if GUARD not in text:
+            backend.write_text(guarded_json(text), encoding="utf-8")
+            names.append("tokenizer.json")
     if update_manifest and (folder / "manifest.json").is_file():
         from corpus_tools.artifacts import atomic_write_json, sha256_file
 
         m = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        for name in names + ["tokenizer_config.json"]:
+        for name in names:
             m.setdefault("files", {})[name] = sha256_file(folder / name)
         m["files"] = dict(sorted(m["files"].items()))
         atomic_write_json(folder / "manifest.json", m)
-    return names + ["tokenizer_config.json"]
+    return names
 

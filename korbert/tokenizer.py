@@ -23,7 +23,9 @@ Speed (benchmarks/tokenizer_throughput.py; Kiwi's analysis is the limit): a batc
 chunks, all queued to Kiwi's worker threads at once, and Python finishes chunk k while Kiwi
 analyses the next ones (`Segmenter.pipeline`). For one sequence per row without overflow windows,
 the rows come from a cache of each distinct word's tokens (`_PieceCache`), assembled with numpy;
-the backend's `Encoding`s are made only if something asks for them (`_LazyEncodings`). Pairs and
+the backend's `Encoding`s are made only if something asks for them (`_LazyEncodings`); one short
+string per call takes the same rules in plain Python (`Segmenter.one`, `_row_one`: numpy's fixed
+cost per call would exceed the work). Pairs and
 stride/overflow windows take HF's own backend call with the same words. BatchEncoding's char_to_token / token_to_chars / word_to_chars see the
 word-relative coordinates and are not supported: use `offset_mapping`.
 
@@ -35,6 +37,13 @@ them, so byte fallback never widens to a word).
 Files of a tokenizer folder: tokenizer.json (backend; its pre-tokenizer entry is a placeholder,
 since the Kiwi step cannot be serialized), tokenizer_config.json, spm.model (the SentencePiece
 model it was built from) and manifest.json (hash, options, training statistics).
+
+The placeholder is a guard: its Metaspace `replacement` is the sentence `GUARD` instead of one
+character, so a loader that would silently split eojeols instead of morphemes (plain `tokenizers`,
+or transformers' generic `TokenizersBackend` fallback when korbert is not imported and
+`trust_remote_code` is not given) refuses the file and quotes how to load it. This class swaps the
+guard for "▁" when it reads the file (`_read_backend`); the fingerprint hashes the plain placeholder,
+so folders saved before the guard keep their hash.
 """
 
 from __future__ import annotations
@@ -45,10 +54,11 @@ import json
 import os
 import re
 import threading
+from bisect import bisect_left
 from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import accumulate, chain, islice, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -66,7 +76,11 @@ SPACE = "▁"  # U+2581, SentencePiece's whitespace marker
 SPM_FILE = "spm.model"
 _SPACES = frozenset(c for c in map(chr, range(0x3001)) if c.isspace())  # every str.isspace() char
 FORMAT_VERSION = 1
-_TO_SPACE = {ord(c): SPACE for c in _SPACES}
+GUARD = (
+    "This is a korbert tokenizer (Kiwi morphemes); a generic tokenizer would split it differently. Load it with "
+    "`import korbert` before AutoTokenizer.from_pretrained(folder), or with AutoTokenizer.from_pretrained(folder, "
+    "trust_remote_code=True) (pipeline(..., trust_remote_code=True))"
+)
 _WS_TABLE: np.ndarray | None = None  # str.isspace() over all code points, built on first use
 _START, _END, _SENT = attrgetter("start"), attrgetter("end"), attrgetter("sent_position")  # of Kiwi's tokens
 
@@ -86,8 +100,8 @@ class WordBatch:
     seg: np.ndarray
     eoj: np.ndarray
     n_words: np.ndarray
-    sent_keys: np.ndarray
-    first_sent: np.ndarray
+    sent_keys: np.ndarray | None
+    first_sent: np.ndarray | None
 
 
 class Segmenter:
@@ -126,10 +140,14 @@ class Segmenter:
             self._special = (tokens, re.compile(alts) if alts else None)
         return self._special[1]
 
-    def plan(self, texts: list[str], specials=()) -> tuple[list[list[tuple[int, str, bool]]], list[str]]:
+    def plan(self, texts: list[str], specials=()) -> tuple[list[list[tuple[int, str, bool]]] | None, list[str]]:
         """Cut special tokens written in the texts out whole. Returns per text its parts
-        [(start, chunk, is_special)] and, for Kiwi, every non-special chunk of all texts in order."""
+        [(start, chunk, is_special)] and, for Kiwi, every non-special chunk of all texts in order.
+        When no text spells a special token (the common case), the plans are None: every text is
+        one part, and `plain` is `texts` itself."""
         pattern = self.special_pattern(specials)
+        if pattern is None or not any(map(pattern.search, texts)):  # C-level scan, no per-text Python
+            return None, texts
         plans, plain = [], []
         for text in texts:
             parts, pos = [], 0
@@ -171,21 +189,24 @@ class Segmenter:
                 continue
             queued.append((lo, hi, plans, [kiwi.tokenize(plain[i : i + step]) for i in range(0, len(plain), step)]))
         for lo, hi, plans, calls in queued:
-            yield lo, hi, self.batch(texts[lo:hi], plans, chain.from_iterable(calls), self.vectorized)
+            yield lo, hi, self.batch(texts[lo:hi], plans, chain.from_iterable(calls), self.vectorized, sentences=False)
 
-    def batch(self, texts: list[str], plans: list[list], analyses, vectorized: bool = True) -> "WordBatch":
-        """Kiwi's analyses of a batch (one per non-special part of `plans`, in order) -> its words.
+    def batch(
+        self, texts: list[str], plans: list[list] | None, analyses, vectorized: bool = True, sentences: bool = True
+    ) -> "WordBatch":
+        """Kiwi's analyses of a batch (one per non-special part of `plans`, in order; plans None:
+        one per text) -> its words.
 
         The common part (every character known, Kiwi's spans covering every non-space character
         and none spanning whitespace) is computed with numpy over the whole batch at once; the
         rest (unknown characters, uncovered characters, special tokens) word by word in Python.
         Both follow the same rules (see `segment_spans` and `pieces`); words are ordered by where
         they start, which is increasing through the batch. `vectorized=False` sends every text
-        the per-word way (the reference the tests compare the numpy path with)."""
+        the per-word way (the reference the tests compare the numpy path with). `sentences=False`
+        leaves the sentence fields None (the tokenizer's rows do not use them)."""
         ws_table, known_table = self._char_tables()
-        tbase_l = [0]
-        for t in texts:
-            tbase_l.append(tbase_l[-1] + len(t))
+        lengths = list(map(len, texts))
+        tbase_l = [0, *accumulate(lengths)]
         tbase = np.asarray(tbase_l, dtype=np.int64)
         big = "".join(texts)
         cp = np.frombuffer(big.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
@@ -206,7 +227,10 @@ class Segmenter:
         c_len: list[int] = []
         c_doc: list[int] = []
         c_morphs: list = []
-        for d, parts in enumerate(plans):
+        if plans is None:  # one part per text, no specials
+            c_gs, c_len, c_doc = tbase_l[:-1], lengths, list(range(len(texts)))
+            c_morphs = list(islice(analyses, len(texts)))
+        for d, parts in enumerate(plans or ()):
             tb = tbase_l[d]
             for off, chunk, special in parts:
                 if special:
@@ -229,16 +253,18 @@ class Segmenter:
         flat = list(chain.from_iterable(c_morphs))
         n = len(flat)
         P = np.repeat(np.arange(K, dtype=np.int64), counts)
-        S = np.fromiter(map(_START, flat), dtype=np.int64, count=n) + gs[P]  # map + attrgetter: no Python frame per token
-        E = np.fromiter(map(_END, flat), dtype=np.int64, count=n) + gs[P]
-        SP = np.fromiter(map(_SENT, flat), dtype=np.int64, count=n)
+        gsP = gs[P]
+        S = np.fromiter(map(_START, flat), dtype=np.int64, count=n) + gsP  # map + attrgetter: no Python frame per token
+        E = np.fromiter(map(_END, flat), dtype=np.int64, count=n) + gsP
 
-        # sentences: a Kiwi sentence starts where its first morpheme does
-        new_sent = np.ones(n, dtype=bool)
-        new_sent[1:] = (P[1:] != P[:-1]) | (SP[1:] != SP[:-1])
-        sdoc = cdoc[P[new_sent]]
-        sent_keys = (sdoc << 32) + S[new_sent] - tbase[sdoc]
-        first_sent = np.searchsorted(sdoc, np.arange(len(texts)), side="left")
+        sent_keys = first_sent = None
+        if sentences:  # a Kiwi sentence starts where its first morpheme does
+            SP = np.fromiter(map(_SENT, flat), dtype=np.int64, count=n)
+            new_sent = np.ones(n, dtype=bool)
+            new_sent[1:] = (P[1:] != P[:-1]) | (SP[1:] != SP[:-1])
+            sdoc = cdoc[P[new_sent]]
+            sent_keys = (sdoc << 32) + S[new_sent] - tbase[sdoc]
+            first_sent = np.searchsorted(sdoc, np.arange(len(texts)), side="left")
 
         # segments: overlapping morphemes merge; zero-length ones neither start nor extend one
         pos = E > S
@@ -268,8 +294,7 @@ class Segmenter:
         spaced = (fs > gs[fp]) & before_ws
         eoj_start = (fs == tbase[fdoc]) | before_ws
         fg = fs - spaced
-        big2 = big.translate(_TO_SPACE)
-        fast_w = [big2[a:b] for a, b in zip(fg.tolist(), fe.tolist())]
+        fast_w = _substrings(big, cp, fg, fe, spaced)
 
         if bad.any():
             spans_of = np.cumsum(counts)
@@ -324,6 +349,34 @@ class Segmenter:
             first_sent=first_sent,
         )
 
+    def one(self, text: str, specials=()) -> tuple[list[str], list[int], list[bool]] | None:
+        """The words of one text (no special token in it), where each starts, and whether it starts
+        with the "▁" of a whitespace char: `batch`'s per-word path in plain Python, with Kiwi run in
+        this thread, for one short string per call (no numpy: its fixed cost per call would exceed
+        the work). None when the text spells a special token (then `pipeline` takes it)."""
+        pattern = self.special_pattern(specials)
+        if pattern is not None and pattern.search(text):
+            return None
+        kiwi = get_kiwi(0, **self.kiwi_options)
+        spans = segment_spans(text, [(t.start, t.end) for t in kiwi.tokenize(text)])
+        words: list[str] = []
+        starts: list[int] = []
+        spaced: list[bool] = []
+        if self.known.issuperset(text):  # every character known: a word per segment
+            for a, b in spans:
+                sp = a > 0 and text[a - 1].isspace()
+                words.append(SPACE + text[a:b] if sp else text[a:b])
+                starts.append(a - sp)
+                spaced.append(sp)
+        else:
+            for a, b in self.pieces(text, spans):
+                w = text[a:b]
+                sp = w[0].isspace()
+                words.append(SPACE + w[1:] if sp else w)
+                starts.append(a)
+                spaced.append(sp)
+        return words, starts, spaced
+
     def pieces(self, text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """Word spans when `text` holds unknown characters: each segment, extended one char to the
         left when whitespace precedes it (that char becomes the "▁"), with every unknown character
@@ -375,6 +428,9 @@ class KorBertTokenizer(TokenizersBackend):
         for name, tok in zip(("pad_token", "unk_token", "cls_token", "sep_token", "mask_token"), SPECIAL_TOKENS):
             kwargs.setdefault(name, tok)
         kwargs.setdefault("clean_up_tokenization_spaces", False)
+        if tokenizer_file is not None and "tokenizer_object" not in kwargs:
+            self._tokenizer = _read_backend(tokenizer_file)  # the base class keeps a backend set before its __init__
+            tokenizer_file = None
         super().__init__(tokenizer_file=tokenizer_file, kiwi_options=kiwi_options or dict(DEFAULT_KIWI), **kwargs)
         self.kiwi_options = dict(kiwi_options or DEFAULT_KIWI)
         vocab = self._tokenizer.get_vocab(with_added_tokens=False)
@@ -470,7 +526,7 @@ class KorBertTokenizer(TokenizersBackend):
 
     def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
         path = os.path.join(str(save_directory), (filename_prefix + "-" if filename_prefix else "") + "tokenizer.json")
-        self._with_placeholder(lambda b: b.save(path))
+        Path(path).write_text(guarded_json(self._with_placeholder(lambda b: b.to_str())), encoding="utf-8")
         spm_src = getattr(self, "_spm_path", None) or _existing(self.name_or_path, SPM_FILE)
         out = (path,)
         if spm_src and Path(spm_src).resolve() != Path(save_directory, SPM_FILE).resolve():
@@ -561,6 +617,30 @@ class KorBertTokenizer(TokenizersBackend):
             cache = self._piece_cache = _PieceCache(key)
         return cache
 
+    _ONE_MAX_CHARS = 2000  # one string per call up to this long: `_row_one`, not numpy
+
+    def _row_one(self, cache, words, starts, spaced, keep, left_cut, want_offsets, nfc_starts, nfc_ends):
+        """One row of `_encode_fast` (without [CLS]/[SEP]) for the words of one text, in Python:
+        (ids, offsets or None). The same values as the numpy assembly."""
+        wid, u_count, u_first, u_ids, u_rel = cache.lookup(words, self._encode_words)
+        cnt, first = u_count[wid].tolist(), u_first[wid].tolist()
+        src = list(chain.from_iterable(map(range, first, map(int.__add__, first, cnt))))
+        ids = u_ids[src].tolist()
+        cut = slice(None) if keep is None else slice(-keep, None) if left_cut else slice(keep)
+        if keep is not None and len(ids) > keep:
+            ids = ids[cut]
+        if not want_offsets:
+            return ids, None
+        offs = []
+        for (r0, r1), st, sp in zip(u_rel[src].tolist(), chain.from_iterable(map(repeat, starts, cnt)), chain.from_iterable(map(repeat, spaced, cnt))):
+            a = st + r0 + (sp and r0 == 0 and r1 - r0 > 1)
+            offs.append((a, st + r1))
+        if keep is not None and len(offs) > keep:
+            offs = offs[cut]
+        if nfc_starts is not None:  # NFC changed the text: map back to the user's string
+            offs = [(nfc_starts[a], nfc_ends[b - 1]) for a, b in offs]
+        return ids, offs
+
     def _encode_fast(self, text, kw: dict, n_special: int, keep: int | None) -> BatchEncoding:
         """The word-cache path of `_encode_plus`: the same BatchEncoding HF's backend call gives
         (keys in its order, lists of ints, offsets as tuples), built from each word's cached tokens.
@@ -574,8 +654,21 @@ class KorBertTokenizer(TokenizersBackend):
         cls_id, sep_id = self.cls_token_id, self.sep_token_id
         ids_rows: list[list[int]] = []
         offs_rows: list[list[tuple[int, int]]] = []
-        words_rows: list[list[str]] = []
-        for lo, hi, b in self._segmenter.pipeline([n for n, _, _ in norm], self.added_tokens_encoder):
+        word_chunks: list[tuple[list[str], list[int]]] = []  # per chunk: its words and where each row's end
+        changed = [i for i, (_, starts, _) in enumerate(norm) if starts is not None]  # NFC changed the text
+        one = None
+        if not batched and len(norm[0][0]) <= self._ONE_MAX_CHARS:
+            one = self._segmenter.one(norm[0][0], self.added_tokens_encoder)
+        if one is not None:  # one short string: plain Python, no numpy
+            words, starts, spaced = one
+            ids, offs = self._row_one(cache, words, starts, spaced, keep, left_cut, want_offsets, *norm[0][1:])
+            if n_special:
+                ids = [cls_id, *ids, sep_id]
+                offs = [(0, 0), *offs, (0, 0)] if want_offsets else offs
+            ids_rows.append(ids)
+            offs_rows.append(offs)
+            word_chunks.append((words, [len(words)]))
+        for lo, hi, b in self._segmenter.pipeline([n for n, _, _ in norm], self.added_tokens_encoder) if one is None else ():
             wid, u_count, u_first, u_ids, u_rel = cache.lookup(b.words, self._encode_words)
             n_per_word = u_count[wid]
             total = int(n_per_word.sum())
@@ -596,11 +689,10 @@ class KorBertTokenizer(TokenizersBackend):
                 start = b.start[word]
                 fa, fe = start + rel[:, 0], start + rel[:, 1]
                 fa += b.spaced[word] & (rel[:, 0] == 0) & (rel[:, 1] - rel[:, 0] > 1)
-                for d in range(lo, hi):
-                    if norm[d][1] is not None:  # NFC changed the text: map back to the user's string
-                        sel = doc == d - lo
-                        fa[sel] = np.asarray(norm[d][1], dtype=np.int64)[fa[sel]]
-                        fe[sel] = np.asarray(norm[d][2], dtype=np.int64)[fe[sel] - 1]
+                for d in changed[bisect_left(changed, lo) : bisect_left(changed, hi)]:  # map back to the user's string
+                    sel = doc == d - lo
+                    fa[sel] = np.asarray(norm[d][1], dtype=np.int64)[fa[sel]]
+                    fe[sel] = np.asarray(norm[d][2], dtype=np.int64)[fe[sel] - 1]
             lens = cnt + n_special
             row0 = np.cumsum(lens) - lens
             pos = row0[doc] + n_special // 2 + at
@@ -614,10 +706,9 @@ class KorBertTokenizer(TokenizersBackend):
             if want_offsets:
                 oa, oe = np.zeros(len(flat), dtype=np.int64), np.zeros(len(flat), dtype=np.int64)
                 oa[pos], oe[pos] = fa, fe
-                offs = list(zip(oa.tolist(), oe.tolist()))
+                offs = _offset_pairs(oa, oe)
                 offs_rows += [offs[r : r + n] for r, n in zip(r0, ln)]
-            w_end = np.cumsum(b.n_words).tolist()
-            words_rows += [b.words[a:e] for a, e in zip([0] + w_end[:-1], w_end)]
+            word_chunks.append((b.words, np.cumsum(b.n_words).tolist()))
 
         # the rows as HF's _convert_encoding lists them, padded as tokenizers pads a batch
         lengths = [len(r) for r in ids_rows]
@@ -660,6 +751,7 @@ class KorBertTokenizer(TokenizersBackend):
         add_special = bool(n_special)
 
         def make_encodings() -> list:  # exactly HF's backend call of this request
+            words_rows = [words[a:e] for words, ends in word_chunks for a, e in zip([0] + ends[:-1], ends)]
             with self._words_mode():
                 self.set_truncation_and_padding(**settings)
                 if self._tokenizer.encode_special_tokens:
@@ -892,6 +984,62 @@ def _gc_paused():
                 gc.enable()
 
 
+_PAIR_STARTS, _PAIR_LENGTHS = 1024, 16
+_PAIRS: list[tuple[int, int]] = []  # (a, a + k) at a * _PAIR_LENGTHS + k, built on first use
+
+
+def _offset_pairs(a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
+    """list(zip(a.tolist(), b.tolist())), with the tuples of short spans near the start of a text
+    taken from one shared table instead of made anew: the same values (tuples are immutable), but
+    ~20 fewer tracked objects per review for the collector to scan when `_gc_paused` ends."""
+    global _PAIRS
+    k = b - a
+    ok = (a < _PAIR_STARTS) & (k >= 0) & (k < _PAIR_LENGTHS)
+    n_miss = len(a) - int(np.count_nonzero(ok))
+    if n_miss * 4 > len(a):  # mostly far into long texts: plain tuples
+        return list(zip(a.tolist(), b.tolist()))
+    if not _PAIRS:
+        _PAIRS = [(i, i + j) for i in range(_PAIR_STARTS) for j in range(_PAIR_LENGTHS)]
+    out = list(map(_PAIRS.__getitem__, np.where(ok, a * _PAIR_LENGTHS + k, 0).tolist()))
+    if n_miss:
+        miss = np.flatnonzero(~ok)
+        for i, x, y in zip(miss.tolist(), a[miss].tolist(), b[miss].tolist()):
+            out[i] = (x, y)
+    return out
+
+
+_WORD_WIDTH = 12  # words up to this many characters are made by numpy (`_substrings`)
+
+
+def _substrings(big: str, cp: np.ndarray, a: np.ndarray, b: np.ndarray, spaced: np.ndarray) -> list[str]:
+    """[big[a:b] for each span], with the first character spelled "▁" where `spaced` (it is a
+    whitespace char; the rest of a span holds none). Spans of up to _WORD_WIDTH characters come
+    from numpy arrays of fixed-width strings (`cp` = big's code points), whose `tolist()` makes
+    them in C where slicing would run a Python loop. A fixed-width string loses trailing NULs, so
+    a span ending in U+0000 is sliced, as are longer spans and every span of a text holding
+    surrogate code points."""
+    n = len(a)
+    lens = b - a
+    words: list[str] = []
+    if n == 0 or ((cp >= 0xD800) & (cp < 0xE000)).any():
+        slow = np.ones(n, dtype=bool)
+        words = [""] * n
+    else:
+        width = min(int(lens.max()), _WORD_WIDTH)
+        windows = np.lib.stride_tricks.sliding_window_view(np.concatenate((cp, np.zeros(width, dtype=np.uint32))), width)
+        cols = np.arange(width)
+        for i in range(0, n, 1 << 16):  # blocks: bounded memory on long documents
+            chars = windows[a[i : i + (1 << 16)]]  # a copy: [span, width]
+            chars[cols >= lens[i : i + (1 << 16), None]] = 0
+            chars[spaced[i : i + (1 << 16)], 0] = ord(SPACE)
+            words += chars.view(f"<U{width}").ravel().tolist()
+        slow = (lens > width) | (cp[b - 1] == 0)
+    if slow.any():
+        for i, x, y, sp in zip(*(v.tolist() for v in (np.flatnonzero(slow), a[slow], b[slow], spaced[slow]))):
+            words[i] = SPACE + big[x + 1 : y] if sp else big[x:y]
+    return words
+
+
 def _chunk_bounds(texts: list[str], chunks: int, min_chars: int) -> list[tuple[int, int]]:
     """Up to `chunks` consecutive (lo, hi) ranges of about equal characters, each of at least
     ~min_chars (one range for a short batch)."""
@@ -996,6 +1144,23 @@ def _bpe_merges(sp) -> list[tuple[str, str]]:
 
 
 def _placeholder_pre_tokenizer():
-    # Stands in for the Kiwi step in tokenizer.json. Loading that file without korbert gives
-    # eojeol-level, not morpheme-level, tokens: use KorBertTokenizer.from_pretrained.
+    # Stands in for the Kiwi step in the fingerprint, and (guarded) in tokenizer.json.
     return pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="never", split=True)
+
+
+def guarded_json(backend_json: str) -> str:
+    """tokenizer.json text whose placeholder pre-tokenizer carries `GUARD` (see the module doc)."""
+    state = json.loads(backend_json)
+    if (state.get("pre_tokenizer") or {}).get("type") != "Metaspace":
+        raise ValueError("tokenizer.json: expected korbert's Metaspace placeholder pre-tokenizer")
+    state["pre_tokenizer"]["replacement"] = GUARD
+    return json.dumps(state, ensure_ascii=False, indent=2) + "\n"
+
+
+def _read_backend(path: str | os.PathLike) -> Tokenizer:
+    """Load tokenizer.json, guarded (GUARD) or saved before the guard existed."""
+    state = json.loads(Path(path).read_text(encoding="utf-8"))
+    pre = state.get("pre_tokenizer") or {}
+    if pre.get("type") == "Metaspace" and pre.get("replacement") == GUARD:
+        pre["replacement"] = SPACE
+    return Tokenizer.from_str(json.dumps(state, ensure_ascii=False))

@@ -347,6 +347,24 @@ def test_pipelined_batch_equals_the_reference_path(tok, reference_path, options)
             assert_same_encoding(one, tok(text, **options), len(one["input_ids"]) if options.get("return_overflowing_tokens") else None)
 
 
+@pytest.mark.parametrize("options", OPTIONS[:7], ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_one_string_route_equals_the_numpy_route(tok, options):
+    """One short string per call takes a plain-Python route (Segmenter.one, _row_one: no numpy);
+    it must give what the numpy route gives for the same string, and so what HF's call gives."""
+    from conftest import sample_texts
+
+    texts = EDGE + HOSTILE + nsmc_test_docs(300) + sample_texts(5, "petitions")
+    texts += [unicodedata.normalize("NFD", t) for t in nsmc_test_docs(20)] + ["\x00", "앞\x00", "a\x00 b"]
+    got = [tok(t, **options) for t in texts]
+    assert any(len(t) <= tok._ONE_MAX_CHARS and "[" not in t for t in texts)
+    old, tok._ONE_MAX_CHARS = tok._ONE_MAX_CHARS, -1  # every string the numpy way
+    try:
+        for text, one in zip(texts, got):
+            assert_same_encoding(one, tok(text, **options), None)
+    finally:
+        tok._ONE_MAX_CHARS = old
+
+
 def test_word_cache_batch_encodings_are_made_on_first_use_and_pickle(tok):
     import copy
     import pickle

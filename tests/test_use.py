@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import unicodedata
@@ -58,7 +59,7 @@ def test_export_writes_auto_files_into_manifest(model4):
     assert cfg["tokenizer_class"] == "KorBertTokenizer"
     for name in ("tokenization_korbert.py", "korbert_morph.py"):
         src = (model4 / name).read_text()
-        assert "from corpus_tools" not in src and "import korbert" not in src  # self-contained
+        assert not re.search(r"^\s*(from corpus_tools|import korbert|from korbert)", src, re.M)  # self-contained
 
 
 def test_autotokenizer_returns_korbert_tokenizer_issue13(model4, enc):
@@ -126,6 +127,58 @@ def test_plain_transformers_trust_remote_code(model4, enc, tmp_path):
     mine = fill_mask(enc, [texts[1]], top_k=3)[0]["masks"][0]["candidates"]
     assert [c["id"] for c in mine] == [x["token"] for x in r["fill"]]
     np.testing.assert_allclose([c["prob"] for c in mine], [x["score"] for x in r["fill"]], atol=1e-5)
+
+
+def test_plain_transformers_without_trust_remote_code_fails_and_says_how(model4, tmp_path):
+    """Was: a generic TokenizersBackend that splits eojeols, not morphemes, without a word. Now the
+    generic loaders (AutoTokenizer, pipeline, tokenizers itself) refuse tokenizer.json and quote
+    how to load it; AutoModel still loads the weights."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    for mod in ("korbert", "corpus_tools"):
+        (shim / f"{mod}.py").write_text(f'raise ImportError("{mod} is not installed here (test)")\n')
+    out = _run(
+        "import json\n"
+        "from transformers import AutoModel, AutoTokenizer, pipeline\n"
+        "from tokenizers import Tokenizer\n"
+        "errors = []\n"
+        f"for load in (lambda: AutoTokenizer.from_pretrained({str(model4)!r}),\n"
+        f"             lambda: pipeline('fill-mask', model={str(model4)!r}),\n"
+        f"             lambda: Tokenizer.from_file({str(model4 / 'tokenizer.json')!r})):\n"
+        "    try:\n        load()\n        errors.append(None)\n"
+        "    except Exception as e:\n        errors.append(str(e))\n"
+        f"m = AutoModel.from_pretrained({str(model4)!r})\n"
+        "print(json.dumps({'errors': errors, 'model': type(m).__name__}))",
+        tmp_path,
+        {"PYTHONPATH": str(shim), "HF_MODULES_CACHE": str(tmp_path / "modules")},
+    )
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["model"] == "BertModel"
+    for err in r["errors"]:
+        assert err is not None and "import korbert" in err and "trust_remote_code=True" in err, err
+
+
+def test_folder_saved_before_the_guard_loads_and_gets_it(model4, enc, tmp_path):
+    """tokenizer.json written before the guard (plain "▁" placeholder) still loads with the same
+    hash; add_auto_files(update_manifest=True) adds the guard and re-hashes the manifest."""
+    import shutil
+
+    from corpus_tools.artifacts import read_manifest
+    from korbert.hub import add_auto_files
+    from korbert.tokenizer import GUARD, KorBertTokenizer
+
+    old = tmp_path / "old"
+    shutil.copytree(model4, old)
+    state = json.loads((old / "tokenizer.json").read_text(encoding="utf-8"))
+    assert state["pre_tokenizer"]["replacement"] == GUARD
+    state["pre_tokenizer"]["replacement"] = "▁"
+    (old / "tokenizer.json").write_text(json.dumps(state), encoding="utf-8")
+    tok = KorBertTokenizer.from_pretrained(old)
+    assert tok.fingerprint == enc.tok.fingerprint and tok(TEXTS)["input_ids"] == enc.tok(TEXTS)["input_ids"]
+    assert "tokenizer.json" in add_auto_files(old, update_manifest=True)
+    assert GUARD in (old / "tokenizer.json").read_text(encoding="utf-8")
+    read_manifest(old, "model", verify=True)
+    assert "tokenizer.json" not in add_auto_files(old)  # already guarded: left as it is
 
 
 def test_pipelines_with_the_folder_name_alone(model4, enc):
