@@ -178,10 +178,11 @@ def expand_inputs(inputs: Sequence[str | os.PathLike]) -> list[Path]:
     """
     files: list[Path] = []
     for spec in map(_slice_spec, inputs):
-        p = Path(spec) if not isinstance(spec, FirstDocs) else spec
-        if isinstance(p, FirstDocs):
-            files.append(p)
-        elif p.is_dir():
+        if isinstance(spec, FirstDocs):  # checked by _slice_spec: one existing file
+            files.append(spec)
+            continue
+        p = Path(spec)
+        if p.is_dir():
             files += sorted(q for q in p.rglob("*") if q.is_file() and not q.name.startswith("."))
         elif p.is_file():
             files.append(p)
