@@ -46,9 +46,11 @@ def dense(b: dict, length: int | None = None) -> dict:
     pad = lambda x, v=0: torch.nn.functional.pad(x, (0, t2 - t), value=v)  # noqa: E731
     labels = torch.full((r * t,), -100, dtype=torch.long)
     labels[b["mlm_positions"]] = b["mlm_labels"]
+    nsp = torch.full((r,), -100, dtype=torch.long)  # an instance without a B segment has no IsNext label
+    nsp[b["nsp_positions"] // t] = b["nsp_labels"]
     return {
         "input_ids": pad(b["input_ids"]), "token_type_ids": pad(b["token_type_ids"]), "attention_mask": pad((b["segments"] > 0).long()),
-        "labels": pad(labels.view(r, t), -100), "next_sentence_label": b["nsp_labels"],
+        "labels": pad(labels.view(r, t), -100), "next_sentence_label": nsp,
     }
 
 

@@ -152,14 +152,17 @@ def get(root: str | Path, task: str, mf, inputs: dict[str, str], settings: dict,
 
 
 def _load_columns(folder: Path, names) -> dict:
-    """The Arrow files `names` of `folder` as {column: Python list}."""
-    from datasets import Dataset
+    """The Arrow files `names` of `folder` as {column: Python list}. `datasets` writes them in
+    Arrow's streaming IPC format; pyarrow reads them directly, so fine-tuning from a cache needs
+    neither Kiwi nor `datasets` (a GPU machine may have neither)."""
+    import pyarrow as pa
 
     columns = {}
     for name in names:
-        ds = Dataset.from_file(str(folder / name))
-        for col in ds.column_names:
-            columns[col] = ds.data.column(col).to_pylist()
+        with pa.memory_map(str(folder / name)) as src:
+            table = pa.ipc.open_stream(src).read_all()
+        for col in table.column_names:
+            columns[col] = table.column(col).to_pylist()
     return columns
 
 

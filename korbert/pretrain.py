@@ -549,6 +549,13 @@ class Trainer:
                 o.loss.backward()
             self.stats += o.totals()
             self.padded += inputs["input_ids"].numel()
+        graphs = compiled_graphs() if self.cfg.compile else 0
+        if self.step_no == self.first_step or graphs != self.graphs_seen:
+            # start-up (DataLoader workers, first CUDA calls) and torch.compile are not training time: a
+            # --max-minutes budget counted them, and a minute of compiling could end a fractional warmup
+            # before the first optimizer step (BERT-small on an H100 then stuck at the unigram loss)
+            self.excluded += time.time() - self.t_step
+            self.graphs_seen = graphs
         if dist.world == 1:
             self.seconds = self.clock
         elif agreed is None:  # gloo: the all-reduce has finished
@@ -666,9 +673,11 @@ class Trainer:
         it = iter(self.loader)
         self.model.train()
         self.seconds_at_start, self.t_start, self.excluded = self.seconds, time.time(), 0.0
+        self.first_step, self.graphs_seen = self.step_no, self.graphs_before if cfg.compile else 0
         with _oom_guard(cfg):
             done = self.progress() >= 1
             while not done:
+                self.t_step = time.time()
                 self.step([next(it) for _ in range(cfg.grad_accum)])
                 self.bar.update(1)
                 done = self.progress() >= 1  # the same on every rank: steps, tokens and the agreed clock

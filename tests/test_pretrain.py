@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -379,3 +380,25 @@ def test_clear_errors(shards_dir, tmp_path, vocab_dir):
         main(cfg(shards_dir, tmp_path / "d", max_steps=2, lr=1e-4, save_every=1))  # final/ is stale, ckpt.pt foreign
     with pytest.raises(InputError, match="--override"):
         main(cfg(shards_dir, tmp_path / "e", override=["hidden_size"]))
+
+
+def test_time_budget_warmup_is_not_spent_on_start_up_or_compiling(shards_dir, tmp_path):
+    """A --max-minutes budget with a fractional warmup: a slow first step (torch.compile compiling,
+    DataLoader workers starting) is not training time. Counted, it ended the warmup before the first
+    optimizer step (seen on an H100: 1e-3 from step 1, BERT-small stuck at the unigram loss)."""
+    c = cfg(shards_dir, tmp_path, max_steps=0, max_minutes=0.1, warmup=0.25, lr=1e-3, save_every=10**6)
+    tr = Trainer(c)
+    forward, calls = tr.wrapped, []
+
+    def slow_first_call(*a, **kw):  # what compiling does to the first step: seconds before any arithmetic
+        if not calls:
+            time.sleep(3.0)
+        calls.append(1)
+        return forward(*a, **kw)
+
+    tr.wrapped = slow_first_call
+    tr.train()
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    # 3 s counted would be half the 6 s budget: past the 1.5 s warmup, lr already decaying at step 1
+    assert log[0]["step"] == 1 and log[0]["lr"] < 0.25e-3, log[0]
+    assert log[-1]["seconds"] < 6.0 + 1.0 and len(log) > 2

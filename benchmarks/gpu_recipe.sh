@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The `gpu-small` recipe's GPU stages on a machine without Kiwi, from artifacts built elsewhere
+# (shards by `korbert shards`, fine-tuning features by `korbert eval ... --features DIR`):
+#   pretraining BERT-small for MINUTES (bf16, torch.compile, packed rows of 65,536 tokens), while the
+#   random-init controls are fine-tuned beside it on the same GPU; then NSMC-R and KorQuAD for the
+#   pretrained model, the two side by side.
+#
+#   bash benchmarks/gpu_recipe.sh SHARDS DATA FEATURES OUT MINUTES [NSMC_TRAIN_EXAMPLES]
+#     DATA: ratings_train.txt, ratings_test.txt, KorQuAD_v1.0_dev.json (the files FEATURES were built from)
+# Every step ends by packing OUT into $BUNDLE (default OUT.tgz): one file to fetch, current even if the run is cut short.
+set -uo pipefail
+S=$1; D=$2; F=$3; O=$4; MIN=$5; NTRAIN=${6:-0}
+W=${W:-runs/gpu-small}  # work folder; PRETRAIN_ARGS: extra `korbert pretrain` flags; CONTROLS=0 skips the controls
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+mkdir -p "$O" "$W"
+pack() { tar czf "${BUNDLE:-$O.tgz}" -C "$O" .; }
+nvidia-smi -L
+
+nsmc() {  # nsmc NAME MODEL [--control]
+  python3 -m korbert.cli eval nsmc --model "$2" ${3:-} --train "$D/ratings_train.txt" --test "$D/ratings_test.txt" --features "$F" \
+    --out "$W/nsmc/$1" --epochs 1 --max-train-examples "$NTRAIN" --lr 1e-4 --batch-size 64 --device cuda > "$O/nsmc-$1.log" 2>&1
+  echo "nsmc $1 rc=$?: $(grep 'test accuracy' "$O/nsmc-$1.log")"; cp "$W/nsmc/$1/results.json" "$O/nsmc-$1-results.json"; pack
+}
+korquad() {  # korquad NAME MODEL [--control]
+  python3 -m korbert.cli eval korquad --model "$2" ${3:-} --dev-file "$D/KorQuAD_v1.0_dev.json" --features "$F" \
+    --out "$W/korquad/$1" --epochs 3 --lr 1e-4 --batch-size 32 --device cuda > "$O/korquad-$1.log" 2>&1
+  echo "korquad $1 rc=$?: $(grep -i 'EM ' "$O/korquad-$1.log" | tail -1)"; cp "$W/korquad/$1/results.json" "$O/korquad-$1-results.json"; pack
+}
+
+t=$SECONDS
+python3 -m korbert.cli pretrain --shards "$S" --out "$W/pretrain" --model-size small --tokens-per-batch 65536 --pack --lr 1e-3 \
+  --device cuda --compile --max-steps 0 --max-minutes "$MIN" --eval-every 500 --eval-instances 3000 --log-every 100 --num-workers 6 ${PRETRAIN_ARGS:-} \
+  > "$O/pretrain.log" 2>&1 &
+pre=$!
+if [ "${CONTROLS:-1}" != 0 ]; then  # the controls need only the architecture: a 1-step export of the same config
+  python3 -m korbert.cli pretrain --shards "$S" --out "$W/arch" --model-size small --max-steps 1 --device cuda --eval-every 0 > "$O/arch.log" 2>&1
+  (nsmc control "$W/arch/final" --control; korquad control "$W/arch/final" --control) &
+fi
+wait $pre; echo "pretrain rc=$? in $((SECONDS - t)) s"; tail -3 "$O/pretrain.log"
+cp "$W/pretrain/log.jsonl" "$O/pretrain-log.jsonl"; cp "$W/pretrain/final/manifest.json" "$O/pretrain-manifest.json"; pack
+nsmc model "$W/pretrain/final" & korquad model "$W/pretrain/final" &
+wait; echo "all done in $((SECONDS - t)) s"; pack
