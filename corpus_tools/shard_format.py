@@ -111,28 +111,36 @@ def mask_tokens(
     ids = np.asarray(ids)
     labels = np.full(ids.shape, IGNORE, dtype=np.int32)
     cand = np.flatnonzero(~special_mask)  # positions that may be masked
-    if cand.size == 0:
+    m = cand.size
+    if m == 0:
         return ids.copy(), labels
-    k = max(1, int(round(cand.size * cfg.mask_prob)))
+    k = max(1, int(round(m * cfg.mask_prob)))
     if unit_ids is None:
         pos = rng.permutation(cand)[:k]
     else:
+        # (plain slicing instead of np.diff/concatenate: this runs once per instance in every DataLoader worker)
         u = np.asarray(unit_ids)[cand]
-        first = np.flatnonzero(np.concatenate(([True], u[1:] != u[:-1])))  # [units] where each unit starts in cand
-        sizes = np.diff(first, append=cand.size)  # [units]
+        starts = np.empty(m, dtype=bool)
+        starts[0] = True
+        np.not_equal(u[1:], u[:-1], out=starts[1:])
+        first = np.flatnonzero(starts)  # [units] where each unit starts in cand
+        sizes = np.empty_like(first)  # [units]
+        sizes[:-1] = first[1:] - first[:-1]
+        sizes[-1] = m - first[-1]
         order = rng.permutation(first.size)
         total = np.cumsum(sizes[order])
         n = int(np.searchsorted(total, k, side="right"))  # whole units that fit, in random order
-        chosen = order[:n].tolist()
-        left = k - (int(total[n - 1]) if n else 0)
-        for j in order[n + 1 :].tolist():  # the next unit overshot: keep trying smaller ones
-            if left == 0:
-                break
-            if sizes[j] <= left:
-                chosen.append(j)
-                left -= int(sizes[j])
         pick = np.zeros(first.size, dtype=bool)
-        pick[chosen] = True
+        pick[order[:n]] = True
+        left = k - (int(total[n - 1]) if n else 0)
+        if left:
+            rest = order[n + 1 :]
+            for j, size in zip(rest.tolist(), sizes[rest].tolist()):  # the next unit overshot: keep trying smaller ones
+                if size <= left:
+                    pick[j] = True
+                    left -= size
+                    if left == 0:
+                        break
         pos = cand[np.repeat(pick, sizes)]
     out = ids.copy()
     labels[pos] = ids[pos]
@@ -251,7 +259,8 @@ class ShardReader:
             cols = {}
             for name in self.shards[k]["files"]:
                 col = name.split(".")[-2]
-                cols[col] = np.load(self.folder / f"{path}.{col}.npy", mmap_mode="r", allow_pickle=False)
+                mm = np.load(self.folder / f"{path}.{col}.npy", mmap_mode="r", allow_pickle=False)
+                cols[col] = mm.view(np.ndarray)  # the same mapped pages; slicing skips np.memmap's per-slice Python hooks
             self._open[k] = cols
         return self._open[k]
 
