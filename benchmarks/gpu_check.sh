@@ -17,6 +17,16 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$O"
 pack() { tar czf "${BUNDLE:-$O.tgz}" -C "$O" .; }
 nvidia-smi -L; python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
+# every eager loop measured on the first H100 took ~90-130 ms per step whatever its size (a launch-bound
+# signature): the cost of one small kernel, launched back to back, and of one host<->device sync
+python3 - <<'PY'
+import time, torch
+x = torch.zeros(16, device="cuda"); torch.cuda.synchronize()
+for what, n, fn in (("small kernel launched", 5000, lambda: x.add_(1)), ("sync (item)", 500, lambda: x.sum().item())):
+    fn(); torch.cuda.synchronize(); t = time.perf_counter()
+    for _ in range(n): fn()
+    torch.cuda.synchronize(); print(f"{what}: {(time.perf_counter() - t) / n * 1e6:.1f} us each")
+PY
 P="python3 -m korbert.cli pretrain --shards $S --model-size small --tokens-per-batch 65536 --pack --lr 1e-3 --device cuda --compile
    --max-steps 300 --save-every 50 --log-every 25 --eval-every 100 --eval-instances 2000 --num-workers 4"
 
