@@ -77,7 +77,7 @@ from corpus_tools.shard_format import ShardReader, first_normal_id  # noqa: F401
 from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_documents
 
 SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
-DYNAMIC_STATS_EVERY = 8  # dynamic masking: the statistics draw masks for every 8th document's instances
+DYNAMIC_STATS_EVERY = 16  # dynamic masking: the statistics draw masks for every 16th document's instances (a sample: it costs CPU on short texts)
 PROGRESS = "progress.json"
 
 
