@@ -136,6 +136,18 @@ def main() -> None:
     metas = [stats(b) for b in grouped]
     print(f"{name} (bf16 peak {peak / 1e12 if peak else float('nan'):.0f} TFLOP/s); shards {a.shards}: {len(reader)} instances, vocab {vocab}", flush=True)
     results, skipped = {}, []
+
+    def write(partial: bool) -> None:  # after every configuration: a run cut short keeps what it measured
+        out = {
+            "stage": "pretrain", "what": "GPU pretraining throughput (bf16, seq 128): korbert pretrain vs transformers BertForPreTraining",
+            "command": "python " + " ".join(sys.argv), "machine": machine(), "device": name, "peak_bf16_flops": peak, "torch": torch.__version__,
+            "shards": a.shards, "max_seq_len": max_len, "vocab_size": vocab, "results": results, "skipped": skipped, "partial": partial,
+            "seconds": round(time.time() - t0, 1),
+            **{f"ratio_korbert_vs_hf_{k}_{s}": r[f"ratio_korbert_vs_hf_{k}"] for s, r in results.items() for k in ("eager", "compiled")
+               if f"ratio_korbert_vs_hf_{k}" in r},
+        }
+        atomic_write_json(a.out, out)
+
     with tempfile.TemporaryDirectory() as tmp:
         for size in a.sizes:
             res = {}
@@ -153,18 +165,12 @@ def main() -> None:
                 mfu = f", MFU {r['mfu']:.1%}" if r.get("mfu") is not None else ""
                 mem = f", peak {r['peak_memory_gb']} GB" if r.get("peak_memory_gb") is not None else ""
                 print(f"BERT-{size} {label}: {r['tokens_per_s']:,.0f} tok/s{mfu}{mem} ({time.time() - t0:.0f} s so far)", flush=True)
-            for k in ("eager", "compiled"):
-                if f"korbert_{k}" in res and f"hf_{k}" in res:
-                    res[f"ratio_korbert_vs_hf_{k}"] = round(res[f"korbert_{k}"]["tokens_per_s"] / res[f"hf_{k}"]["tokens_per_s"], 3)
-            results[size] = res
-    out = {
-        "stage": "pretrain", "what": "GPU pretraining throughput (bf16, seq 128): korbert pretrain vs transformers BertForPreTraining",
-        "command": "python " + " ".join(sys.argv), "machine": machine(), "device": name, "peak_bf16_flops": peak, "torch": torch.__version__,
-        "shards": a.shards, "max_seq_len": max_len, "vocab_size": vocab, "results": results, "skipped": skipped,
-        "seconds": round(time.time() - t0, 1),
-        **{f"ratio_korbert_vs_hf_compiled_{s}": r["ratio_korbert_vs_hf_compiled"] for s, r in results.items() if "ratio_korbert_vs_hf_compiled" in r},
-    }
-    atomic_write_json(a.out, out)
+                for k in ("eager", "compiled"):
+                    if f"korbert_{k}" in res and f"hf_{k}" in res:
+                        res[f"ratio_korbert_vs_hf_{k}"] = round(res[f"korbert_{k}"]["tokens_per_s"] / res[f"hf_{k}"]["tokens_per_s"], 3)
+                results[size] = res
+                write(partial=True)
+    write(partial=False)
     print(f"-> {a.out}")
 
 
