@@ -23,9 +23,14 @@ model = BertForPreTraining.from_pretrained(final).to(dev).eval()
 reader = open_shards(shards, split="valid", verify=False)
 hit = total = 0
 n = min(n_max, len(reader))
+
+
+def row(x) -> torch.Tensor:  # one instance as a batch of one; shards store uint16, embeddings take int64
+    return torch.from_numpy(np.asarray(x, dtype=np.int64))[None].to(dev)
+
+
 for i in range(n):
     it = reader.masked(i, np.random.default_rng([1234, i]))
-    row = lambda x: torch.from_numpy(np.asarray(x, dtype=np.int64))[None].to(dev)  # noqa: E731 (shards store uint16)
     with torch.no_grad():
         out = model(input_ids=row(it["input_ids"]), token_type_ids=row(it["token_type_ids"]))
     labels = torch.tensor(np.asarray(it["labels"]), device=dev)

@@ -549,7 +549,7 @@ class Trainer:
                 o.loss.backward()
             self.stats += o.totals()
             self.padded += inputs["input_ids"].numel()
-        graphs = compiled_graphs() if self.cfg.compile else 0
+        graphs = compiled_graphs()
         if self.step_no == self.first_step or graphs != self.graphs_seen:
             # start-up (DataLoader workers, first CUDA calls) and torch.compile are not training time: a
             # --max-minutes budget counted them, and a minute of compiling could end a fractional warmup
@@ -673,7 +673,7 @@ class Trainer:
         it = iter(self.loader)
         self.model.train()
         self.seconds_at_start, self.t_start, self.excluded = self.seconds, time.time(), 0.0
-        self.first_step, self.graphs_seen = self.step_no, self.graphs_before if cfg.compile else 0
+        self.first_step, self.graphs_seen = self.step_no, self.graphs_before
         with _oom_guard(cfg):
             done = self.progress() >= 1
             while not done:

@@ -7,8 +7,8 @@ import os
 import re
 import socket
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -401,4 +401,4 @@ def test_time_budget_warmup_is_not_spent_on_start_up_or_compiling(shards_dir, tm
     log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     # 3 s counted would be half the 6 s budget: past the 1.5 s warmup, lr already decaying at step 1
     assert log[0]["step"] == 1 and log[0]["lr"] < 0.25e-3, log[0]
-    assert log[-1]["seconds"] < 6.0 + 1.0 and len(log) > 2
+    assert len(log) > 2 and log[-1]["seconds"] >= 6.0  # then trained on until the budget was spent (no upper time bound)
