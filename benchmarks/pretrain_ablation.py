@@ -15,6 +15,7 @@ Variants (`bert-lr1e-3` is the `cpu`/`demo` presets' recipe of before this ablat
   packed-mlm-nodrop    ... and no dropout while pretraining (Cramming)
   packed-mlm-mask25    ... with 25% of the tokens predicted instead of 15%
   packed-mlm-vocab/4   ... with a vocabulary of a quarter of --vocab-size (fewer embedding rows to train)
+  bert-lr1e-3-vocab/2  the presets' recipe of before with half of --vocab-size
   packed-mlm-nodrop-mask25[-vocab/4]   the changes together
 
 Held-out MLM loss/accuracy are each variant's own held-out instances (packed or not, its own
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import threading
 import os
@@ -61,6 +63,7 @@ VARIANTS = {  # pretraining settings over the defaults (--lr, --tokens, ...); "v
     "packed-mlm-nodrop-mask25": {"shards": MLM, "pretrain": {"objective": "mlm", "override": NODROP, "mask_prob": 0.25}},
     "packed-mlm-nodrop-mask25-vocab/4": {"shards": MLM, "vocab": 0.25, "pretrain": {"objective": "mlm", "override": NODROP, "mask_prob": 0.25}},
     "packed-mlm-vocab/4": {"shards": MLM, "vocab": 0.25, "pretrain": {"objective": "mlm"}},
+    "bert-lr1e-3-vocab/2": {"vocab": 0.5, "pretrain": {"lr": 1e-3}},
 }
 DEFAULT_PLAN = ["bert-lr1e-3", "bert", "packed-nsp", "packed-mlm", "packed-mlm-nodrop", "packed-mlm-mask25", "packed-mlm-vocab/4"]
 
@@ -162,19 +165,32 @@ def main() -> None:
             korbert(["shards", "--tokenizer", str(vocab), "--inputs", *a.corpus, "--out", str(d), "--show", "0", *flags(sh)], log)
         return d
 
+    feature_locks: dict[tuple, threading.Lock] = {}
+
+    def evaluate(task: str, model: Path, args: list[str], log: Path) -> None:
+        """`korbert eval TASK` with the feature cache of the model's vocabulary shared by every variant
+        (tokenizing 70k reviews takes minutes per run): the first run of a (vocabulary, task) builds
+        it while the others wait, since two builders of one cache would collide."""
+        vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+        features = work / f"features-{vocab}"
+        lock = feature_locks.setdefault((vocab, task), threading.Lock())  # (atomic under the GIL)
+        ready = any(features.glob(f"{task}-*/features.json"))
+        with lock if not ready else contextlib.nullcontext():
+            korbert(["eval", task, "--model", str(model), "--features", str(features), *args], log, 1)
+
     def finetune(model: Path, where: Path, seed: int, control: bool = False) -> dict:
         ctl = ["--control"] if control else []
         where.mkdir(parents=True, exist_ok=True)
         flog = where / "run.log"
         nsmc_out, kq_out = where / "nsmc", where / "korquad"
         if results(nsmc_out) is None:
-            korbert(["eval", "nsmc", "--model", str(model), "--train", a.nsmc_train, "--test", a.nsmc_test, "--out", str(nsmc_out),
+            evaluate("nsmc", model, ["--train", a.nsmc_train, "--test", a.nsmc_test, "--out", str(nsmc_out),
                      "--max-train-examples", str(a.nsmc_train_examples), "--max-eval-examples", str(a.nsmc_test_examples),
-                     "--valid-size", a.nsmc_valid, "--epochs", "1", "--lr", "1e-4", "--batch-size", "32", "--seed", str(42 + seed), *ctl], flog, 1)
+                     "--valid-size", a.nsmc_valid, "--epochs", "1", "--lr", "1e-4", "--batch-size", "32", "--seed", str(42 + seed), *ctl], flog)
         if results(kq_out) is None:
-            korbert(["eval", "korquad", "--model", str(model), "--dev-file", a.korquad_dev, "--out", str(kq_out),
+            evaluate("korquad", model, ["--dev-file", a.korquad_dev, "--out", str(kq_out),
                      "--max-train-examples", str(a.korquad_train_examples), "--epochs", "2", "--lr", "2e-4", "--batch-size", "16",
-                     "--seed", str(42 + seed), *ctl], flog, 1)
+                     "--seed", str(42 + seed), *ctl], flog)
         n, k = results(nsmc_out), results(kq_out)
         return {
             "nsmc_accuracy": round(100 * n["metrics"]["accuracy"], 2), "nsmc_n": n["n"],

@@ -215,13 +215,19 @@ class _ShardWriter:
         self.instances = self.tokens = 0
 
     def append(self, batch: dict[str, list]) -> None:
+        """batch: per column a list over instances (arrays for tokens/labels/units, ints for the rest)."""
         lengths = np.fromiter((len(x) for x in batch["tokens"]), np.int64, len(batch["tokens"]))
+        per_token = ("tokens", "labels", "units")
+        self.append_flat(lengths, {c: np.concatenate(v) if c in per_token else v for c, v in batch.items() if c in self.cols})
+
+    def append_flat(self, lengths: np.ndarray, columns: dict) -> None:
+        """Instances of `lengths` tokens each, their per-token columns already concatenated."""
         self.cols["offsets"].append(self.tokens + np.cumsum(lengths))
         self.instances += len(lengths)
         self.tokens += int(lengths.sum())
-        for c, values in batch.items():
+        for c, values in columns.items():
             if c in self.cols:
-                self.cols[c].append(np.concatenate(values) if c in ("tokens", "labels", "units") else values)
+                self.cols[c].append(values)
 
     def close(self) -> dict:
         files = {f"{self.name}.{c}.npy": col.close() for c, col in self.cols.items()}

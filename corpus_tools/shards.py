@@ -23,7 +23,7 @@ The recipe (google-research/bert create_pretraining_data.py, on token slices):
     prefix either way, so its shape does not give the label away, and the unused suffix is dropped:
     counted as `single_sentence_suffix_dropped_tokens`). Only a chunk of one single-morpheme
     sentence ("강추", "ㅋㅋㅋ") is still forced to NotNext (`forced_random_next`). "random" keeps
-    BERT's behaviour exactly (byte-identical to the shards of earlier versions);
+    BERT's rule exactly;
   * the longer of A/B loses tokens, front or back at random, until the pair fits (a sentence longer
     than the budget is simply truncated with the rest); `[CLS] A [SEP] B [SEP]`;
   * MLM (`mask_tokens`, one function for both modes): round(15%) of the non-special tokens (>= 1),
@@ -43,8 +43,12 @@ only ever pair with validation documents.
 Determinism and resume. Document i of the input (counting every document the reader yields)
 belongs to part i % num_parts; within a part, the j-th document goes to shard j // docs_per_shard,
 and to the validation split when a hash of (seed, i) falls below `valid_fraction`. Every random
-choice for document i uses a generator seeded with (seed, i). So shard k's bytes depend only on
-its own documents: same inputs + options -> byte-identical shards, whatever was redone. Each
+choice for document i comes from (seed, i) alone: its first `DRAWS` choices from counter-based
+uniforms (`_uniforms`: splitmix64 of seed, i and the draw's number, computed for a whole batch at
+once), any further ones (long documents), the binomials of truncation and the masks from a PCG64
+generator seeded with (seed, i) (`_Draws`; packed and static shards use the generator alone). So
+shard k's bytes depend only on its own documents: same inputs + options -> byte-identical shards,
+whatever was redone. Each
 finished shard (train and valid of one chunk of documents) is recorded with its sha256 in
 `progress.json` (written atomically); a restarted run reads the input again, skips the documents
 of recorded shards without analysing them, and builds the rest. `manifest.json` is written last.
@@ -77,8 +81,11 @@ from corpus_tools.shard_format import ShardReader, first_normal_id  # noqa: F401
 from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_documents
 
 SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
-DYNAMIC_STATS_EVERY = 16  # dynamic masking: the statistics draw masks for every 16th document's instances (a sample: it costs CPU on short texts)
+# dynamic masking: the statistics draw masks for the instances of a sample of the documents (the draws cost CPU
+# on short texts): every document of a shard until DYNAMIC_STATS_FIRST instances are measured, then every DYNAMIC_STATS_EVERY-th
+DYNAMIC_STATS_FIRST, DYNAMIC_STATS_EVERY = 2048, 64
 PROGRESS = "progress.json"
+DRAWS = 8  # document instances: a document's first 8 random choices come from counter-based uniforms (`_Draws`)
 
 
 @dataclass
@@ -134,14 +141,15 @@ class ShardsConfig:
 class _Doc:
     """One encoded document: ids int32 [n]; starts: list of sentences + 1 ints, sentence s =
     ids[starts[s]:starts[s+1]]; units int32 [n] (morpheme/eojeol index) or None; eojeol and
-    morpheme int32 [n] (unit indices, non-decreasing: where a one-sentence chunk may be split)."""
+    morpheme int32 [n] (unit indices, non-decreasing: where a one-sentence chunk may be split).
+    may_spell_specials=False: the caller checked that no id is special (but [UNK]) already."""
 
     __slots__ = ("ids", "starts", "sentences", "units", "eojeol", "morpheme", "replaced")
 
-    def __init__(self, enc: dict, mask_unit: str):
+    def __init__(self, enc: dict, mask_unit: str, may_spell_specials: bool = True):
         ids = enc["ids"]
         self.replaced = 0
-        if ids.min() <= MASK:  # the text may spell a special token ("[SEP]"): it must not look like structure
+        if may_spell_specials and ids.min() <= MASK:  # the text may spell a special token ("[SEP]"): it must not look like structure
             specials = (ids <= MASK) & (ids != UNK)
             self.replaced = int(specials.sum())
             ids = np.where(specials, UNK, ids).astype(np.int32)
@@ -179,7 +187,7 @@ def _word_cut(doc: _Doc, a0: int, a1: int, rng) -> tuple[int, bool] | None:
         return None
     for units in (doc.eojeol, doc.morpheme):
         if units[a0] != units[a1 - 1]:  # unit ids never decrease along a document
-            cuts = np.flatnonzero(units[a0 + 1 : a1] != units[a0 : a1 - 1])
+            cuts = (units[a0 + 1 : a1] != units[a0 : a1 - 1]).nonzero()[0]
             return a0 + 1 + int(cuts[int(rng.integers(cuts.size))]), units is doc.morpheme
     return None
 
@@ -188,7 +196,8 @@ def document_pairs(
     doc: _Doc, pool: deque, rng, max_tokens: int, short_seq_prob: float, counts: Counter, split_single: bool = True
 ) -> list[tuple]:
     """create_instances_from_document on slices: [(a0, a1, b_doc, b0, b1, nsp)] with A = doc.ids[a0:a1],
-    B = b_doc.ids[b0:b1], both truncated to max_tokens together; pool: earlier documents.
+    B = b_doc.ids[b0:b1], both truncated to max_tokens together; pool: earlier documents; rng: a
+    numpy Generator or a `_Draws` (random, integers, binomial).
     split_single: a chunk of one sentence is cut at a random eojeol boundary (A = the prefix, the
     rest is the true B) instead of always taking a random B (BERT)."""
     target = max_tokens
@@ -240,6 +249,53 @@ def document_pairs(
     return out
 
 
+class _Draws:
+    """The random choices of one document, with a numpy Generator's methods: its first choices
+    from a row of counter-based uniforms (`_uniforms`, made for a whole batch at once), any
+    further ones, and every binomial, from the document's PCG64 generator, made on first use
+    (most reviews never need it: seeding one costs more than the choices themselves)."""
+
+    __slots__ = ("u", "i", "make", "gen")
+
+    def __init__(self, u: list[float], make: Callable[[], np.random.Generator]):
+        self.u, self.i, self.make, self.gen = u, 0, make, None
+
+    def generator(self) -> np.random.Generator:
+        if self.gen is None:
+            self.gen = self.make()
+        return self.gen
+
+    def random(self) -> float:
+        if self.i < len(self.u):
+            self.i += 1
+            return self.u[self.i - 1]
+        return self.generator().random()
+
+    def integers(self, low: int, high: int | None = None) -> int:
+        """Uniform in [low, high) (one argument: [0, low)), as Generator.integers."""
+        if high is None:
+            low, high = 0, low
+        k = high - low
+        return low + min(int(self.random() * k), k - 1)
+
+    def binomial(self, n: int, p: float) -> int:
+        return int(self.generator().binomial(n, p))
+
+
+_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _uniforms(seed: int, index: np.ndarray, k: int) -> np.ndarray:
+    """float64 [len(index), k] in [0, 1): uniform j of document i is splitmix64 of a counter made
+    from (seed, i, j), a pure function of the three (no generator state), for a batch at once."""
+    base = np.uint64(int.from_bytes(hashlib.blake2b(f"u:{seed}".encode(), digest_size=8).digest(), "little"))
+    z = (index.astype(np.uint64)[:, None] * np.uint64(k) + np.arange(k, dtype=np.uint64)) * _GOLDEN + base
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    z ^= z >> np.uint64(31)
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
 def build_instance(
     doc: _Doc, a0: int, a1: int, other: _Doc, b0: int, b1: int, ids_dtype: str, units_dtype: str
 ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -266,6 +322,45 @@ def build_instance(
         units[la + 2 : -1] = ub - shift_b
     units[0] = units[la + 1] = units[-1] = -1
     return ids, units
+
+
+_CLS, _SEP, _NONE = np.array([CLS], np.int32), np.array([SEP], np.int32), np.array([-1], np.int32)  # the pieces between the slices
+
+
+def build_instances(pairs: list[tuple], ids_dtype: str, units_dtype: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """`build_instance` over many pairs at once: (ids, units or None, lengths), ids and units the
+    instances' columns concatenated in order. The same values as `build_instance` pair by pair,
+    with one concatenation for the lot instead of a dozen small numpy calls per instance.
+    pairs: [(doc, a0, a1, other, b0, b1, ...)], both segments non-empty."""
+    if not pairs:
+        return np.empty(0, ids_dtype), np.empty(0, units_dtype), np.empty(0, np.int64)
+    pieces, upieces, la, lb = [], [], [], []
+    with_units = pairs[0][0].units is not None
+    for doc, a0, a1, other, b0, b1, *_ in pairs:
+        pieces += (_CLS, doc.ids[a0:a1], _SEP, other.ids[b0:b1], _SEP)
+        if with_units:
+            upieces += (_NONE, doc.units[a0:a1], _NONE, other.units[b0:b1], _NONE)
+        la.append(a1 - a0)
+        lb.append(b1 - b0)
+    la_, lb_ = np.asarray(la, np.int64), np.asarray(lb, np.int64)
+    lengths = la_ + lb_ + 3
+    ids = np.concatenate(pieces).astype(ids_dtype, copy=False)
+    if not with_units:
+        return ids, None, lengths
+    raw = np.concatenate(upieces).astype(np.int64)
+    start = np.cumsum(lengths) - lengths  # each instance's [CLS]
+    a_first, a_last, b_first, b_last = raw[start + 1], raw[start + la_], raw[start + la_ + 2], raw[start + lengths - 2]
+    shift_b = b_first - (a_last - a_first) - 1  # B's units continue right after A's (see build_instance)
+    shifts = np.zeros((len(pairs), 5), np.int64)
+    shifts[:, 1], shifts[:, 3] = a_first, shift_b
+    sizes = np.ones((len(pairs), 5), np.int64)
+    sizes[:, 1], sizes[:, 3] = la_, lb_
+    units = raw - np.repeat(shifts.ravel(), sizes.ravel())  # the specials were -1 and stay so
+    over = np.flatnonzero(b_last - shift_b > np.iinfo(units_dtype).max)
+    units = units.astype(units_dtype)
+    for i in over.tolist():  # units without tokens left gaps: build_instance renumbers them compactly
+        units[start[i] : start[i] + lengths[i]] = build_instance(*pairs[i][:6], ids_dtype, units_dtype)[1]
+    return ids, units, lengths
 
 
 class _Pool(deque):
@@ -422,6 +517,9 @@ def _is_valid(seed: int, index: int, fraction: float) -> bool:
     return int.from_bytes(h, "little") / 2**64 < fraction
 
 
+_LOW128 = (1 << 128) - 1
+
+
 class _DocRng:
     """The random generator of document i: PCG64 set to a state hashed from (seed, i).
 
@@ -429,13 +527,15 @@ class _DocRng:
     np.random.default_rng([seed, i]) (whose seeding dominates on corpora of short documents)."""
 
     def __init__(self, seed: int):
-        self.seed, self.bits = seed, np.random.PCG64(0)
+        self.prefix, self.bits = f"rng:{seed}:", np.random.PCG64(0)
         self.gen = np.random.Generator(self.bits)
+        self.inner = {"state": 0, "inc": 1}
+        self.state = {"bit_generator": "PCG64", "state": self.inner, "has_uint32": 0, "uinteger": 0}
 
     def __call__(self, index: int | str) -> np.random.Generator:
-        h = hashlib.blake2b(f"rng:{self.seed}:{index}".encode(), digest_size=32).digest()
-        state = {"state": int.from_bytes(h[:16], "little"), "inc": int.from_bytes(h[16:], "little") | 1}
-        self.bits.state = {"bit_generator": "PCG64", "state": state, "has_uint32": 0, "uinteger": 0}
+        x = int.from_bytes(hashlib.blake2b(f"{self.prefix}{index}".encode(), digest_size=32).digest(), "little")
+        self.inner["state"], self.inner["inc"] = x & _LOW128, (x >> 128) | 1  # (the hash's first 16 bytes, its last 16)
+        self.bits.state = self.state
         return self.gen
 
 
@@ -451,6 +551,7 @@ class _Chunk:
         self.docs = Counter()  # documents_in, documents_used, sentences, document_tokens
         self.skipped, self.first_skip = Counter(), {}
         self.rng = _DocRng(cfg.seed)
+        self.measured = 0  # instances whose masks the statistics have drawn
         self.dtypes = columns["tokens"], columns.get("units", "int16")  # static: units only steer the masks
         self.packers = {s: _Packer(cfg, self.dtypes, self.counts[s]) for s in SPLITS} if cfg.instances == "packed" else {}
 
@@ -467,19 +568,33 @@ class _Chunk:
         copies = cfg.dupe_factor if static else 1
         max_tokens, split_single = cfg.max_seq_len - 3, cfg.single_sentence == "split"
         out = self._new_columns()
-        for (g, where, split, _), enc in zip(batch, encs):
+        batched = not static and not self.packers  # the instances are built at the end, all at once (build_instances)
+        pairs: dict[str, list] = {s: [] for s in SPLITS}
+        # one check for the batch instead of one per document: does any text spell a special token?
+        specials = bool(encs) and int(np.concatenate([e["ids"] for e in encs]).min(initial=MASK + 1)) <= MASK
+        used, sentences, tokens = 0, 0, 0
+        uniforms = _uniforms(cfg.seed, np.fromiter((b[0] for b in batch), np.int64, len(batch)), DRAWS).tolist() if batched else None
+        for j, ((g, where, split, _), enc) in enumerate(zip(batch, encs)):
             if len(enc["ids"]) == 0:
                 self.skip("no_tokens", where)
                 continue
-            doc = _Doc(enc, cfg.mask_unit)
-            self.docs["documents_used"] += 1
-            self.docs["sentences"] += doc.sentences
-            self.docs["document_tokens"] += len(doc.ids)
+            doc = _Doc(enc, cfg.mask_unit, specials)
+            used += 1
+            sentences += doc.sentences
+            tokens += len(doc.ids)
             counts, pool = self.counts[split], self.pools[split]
             counts["documents"] += 1
             counts["special_ids_in_text"] += doc.replaced
+            measure = static or self.measured < DYNAMIC_STATS_FIRST or g % DYNAMIC_STATS_EVERY == 0
+            if batched:  # the first choices from the batch's uniforms, a generator only when more are needed
+                draws = _Draws(uniforms[j], lambda g=g: self.rng(g))
+                for pair in document_pairs(doc, pool, draws, max_tokens, cfg.short_seq_prob, counts, split_single):
+                    pairs[split].append((doc, *pair))
+                    if measure:  # the statistics' draw, from the document's generator
+                        self._measure(out[split], *build_instance(doc, *pair[:5], *self.dtypes), draws.generator())
+                pool.add(doc)
+                continue
             rng = self.rng(g)
-            measure = static or g % DYNAMIC_STATS_EVERY == 0
             if self.packers:
                 for inst in self.packers[split].add(doc, rng):
                     self._put(out, split, *inst, rng, measure)
@@ -489,19 +604,35 @@ class _Chunk:
                     ids, units = build_instance(doc, a0, a1, other, b0, b1, *self.dtypes)
                     self._put(out, split, ids, units, a1 - a0 + 2, nsp, rng, measure)
             pool.add(doc)
+        if used:
+            self.docs.update(documents_used=used, sentences=sentences, document_tokens=tokens)
+        if batched:
+            for split, ps in pairs.items():
+                if ps:
+                    ids, units, lengths = build_instances(ps, *self.dtypes)
+                    cols = out[split]
+                    cols["flat"] = (lengths, {"tokens": ids, "units": units})
+                    cols["b_start"] = [p[2] - p[1] + 2 for p in ps]
+                    cols["nsp"] = [p[6] for p in ps]
         self._write(out)
 
     def _new_columns(self) -> dict:
         return {s: {"tokens": [], "units": [], "labels": [], "b_start": [], "nsp": [], "seen": ([], [], [])} for s in SPLITS}
 
+    def _measure(self, cols: dict, ids, units, rng) -> tuple[np.ndarray, np.ndarray]:
+        """One mask_tokens draw on an instance, kept for the statistics; -> (masked ids, labels)."""
+        special = special_mask_of(ids)  # [CLS], the [SEP]s (document text never holds these ids: see _Doc)
+        masked, labels = mask_tokens(ids, special, units, rng, self.mcfg)
+        for lst, x in zip(cols["seen"], (masked, labels, special)):
+            lst.append(x)
+        self.measured += 1
+        return masked, labels
+
     def _put(self, out: dict, split: str, ids, units, b_start: int, nsp: int, rng, measure: bool) -> None:
         cols = out[split]
         static = self.cfg.masking == "static"
         if measure:  # static: the masks written; dynamic: one draw, for the statistics only
-            special = special_mask_of(ids)  # [CLS], the [SEP]s (document text never holds these ids: see _Doc)
-            masked, labels = mask_tokens(ids, special, units, rng, self.mcfg)
-            for lst, x in zip(cols["seen"], (masked, labels, special)):
-                lst.append(x)
+            masked, labels = self._measure(cols, ids, units, rng)
         cols["tokens"].append(masked if static else ids)
         cols["labels"].append(labels if static else None)
         cols["units"].append(units)
@@ -510,18 +641,21 @@ class _Chunk:
 
     def _write(self, out: dict) -> None:
         for split, cols in out.items():
-            if not cols["tokens"]:
+            if not cols["nsp"]:
                 continue
-            counts, seen = self.counts[split], cols.pop("seen")
+            counts, seen, flat = self.counts[split], cols.pop("seen"), cols.pop("flat", None)
             counts["instances"] += len(cols["nsp"])
             counts["random_next"] += sum(x > 0 for x in cols["nsp"])
-            counts["tokens"] += sum(map(len, cols["tokens"]))
+            counts["tokens"] += int(flat[0].sum()) if flat else sum(map(len, cols["tokens"]))
             if seen[0]:
                 counts.update(mask_stats(*(np.concatenate(x) for x in seen), self.mcfg.mask_id))
             if split not in self.writers:
                 name = f"{split}-{self.index:05d}"
                 self.writers[split] = _ShardWriter(self.folder, name, self.columns)
-            self.writers[split].append(cols)
+            if flat:
+                self.writers[split].append_flat(flat[0], {**flat[1], "b_start": cols["b_start"], "nsp": cols["nsp"]})
+            else:
+                self.writers[split].append(cols)
 
     def close(self) -> dict:
         if self.packers:  # the instances still open at the end of the shard
@@ -779,7 +913,8 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
     counts = {"files": len(files), "bytes": stats.bytes, **_summarize(chunks, *reader_skips, cfg.nsp)}
     counts["masking_measured_on"] = (
         "every instance as written" if cfg.masking == "static"
-        else f"one mask_tokens draw on the instances of every {DYNAMIC_STATS_EVERY}th document"
+        else f"one mask_tokens draw on the instances of every shard's first documents (until {DYNAMIC_STATS_FIRST} instances) "
+        f"and of every {DYNAMIC_STATS_EVERY}th document after them"
     )
     if counts["train"]["instances"] == 0:
         raise InputError(

@@ -239,6 +239,7 @@ def iter_documents(
             stats.skip(reason, where)
 
         first = path.first if isinstance(path, FirstDocs) else 0
+        prefix = f"{path}:"
         taken = stats.documents_in  # documents of this file so far = documents_in - taken
         with fh:
             buf: list[str] = []
@@ -248,7 +249,7 @@ def iter_documents(
                     if first and stats.documents_in - taken >= first:
                         break
                     stats.bytes += len(raw)
-                    where = f"{path}:{lineno}"
+                    where = f"{prefix}{lineno}"
                     try:
                         line = raw.decode("utf-8")
                     except UnicodeDecodeError:
@@ -259,13 +260,19 @@ def iter_documents(
                             continue
                         try:
                             obj = json.loads(line)
-                            text = "\n".join(str(obj[f]) for f in fields if obj.get(f) is not None)
-                        except (json.JSONDecodeError, AttributeError, TypeError):
+                        except json.JSONDecodeError:
+                            obj = None
+                        if type(obj) is not dict:  # not an object (or not JSON)
                             bad("malformed_json", where)
                             continue
-                        if not any(f in obj for f in fields):
+                        values = [obj[f] for f in fields if f in obj]
+                        if not values:
                             bad("missing_field", where)
                             continue
+                        if len(values) == 1 and type(values[0]) is str:
+                            text = values[0]
+                        else:  # several fields (title + text), joined by a newline; null ones left out
+                            text = "\n".join(str(v) for v in values if v is not None)
                         stats.documents_in += 1
                         yield where, text
                     elif one_doc_per_line:

@@ -93,7 +93,10 @@ def test_loss_goes_down(shards_dir, tmp_path):
     r = main(cfg(shards_dir, tmp_path, max_steps=60, batch_size=16, lr=3e-3, log_every=5, eval_every=60, warmup=0.1))
     ls = losses(tmp_path)
     assert len(ls) == 12
-    assert ls[-1] < ls[0] - 1.5, ls  # from ~ln(3000)+ln(2) = 8.7 down; chance MLM accuracy is 1/3000
+    # from ~ln(3000)+ln(2) = 8.7 down (chance MLM accuracy is 1/3000; a model that does not learn stays there).
+    # The last logged losses swing by +-0.15 with the shards' random draws: over 6 draws of the shards the
+    # drop to the last step ranged 1.41-1.78, so the mean of the last three is compared, with room.
+    assert sum(ls[-3:]) / 3 < ls[0] - 1.2, ls
     assert r["eval"]["mlm_acc"] > 0.02 and r["eval"]["instances"] > 20
     assert (tmp_path / "final" / "model.safetensors").is_file()
     lines = [json.loads(x) for x in (tmp_path / "log.jsonl").read_text().splitlines()]

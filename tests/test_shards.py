@@ -463,6 +463,36 @@ def test_shard_columns_and_instances_fit_their_dtypes():
         assert (np.diff(u[1:61]) >= 0).all() and (np.diff(u[62:-1]) >= 0).all()  # not wrapped past 127
 
 
+def test_build_instances_matches_build_instance_pair_by_pair():
+    """The batch builder (one concatenation) gives every instance exactly as the per-pair reference,
+    the renumbered ones (unit ids past int8) included."""
+    from corpus_tools.shards import _Doc, build_instance, build_instances
+
+    rng = np.random.default_rng(0)
+    docs = []
+    for n, step in ((200, 1), (200, 7), (40, 3), (9, 1)):
+        enc = {"ids": rng.integers(5, 60_000, n, dtype=np.int32), "sentence": np.zeros(n, np.int32),
+               "morpheme": np.sort(rng.integers(0, n, n)).astype(np.int32) * step, "eojeol": np.arange(n, dtype=np.int32)}
+        docs.append(_Doc(enc, "morpheme"))
+    pairs = []
+    for _ in range(300):
+        d, o = docs[rng.integers(len(docs))], docs[rng.integers(len(docs))]
+        a0 = int(rng.integers(0, len(d.ids) - 1))
+        a1 = int(rng.integers(a0 + 1, min(len(d.ids), a0 + 60) + 1))
+        b0 = int(rng.integers(0, len(o.ids) - 1))
+        b1 = int(rng.integers(b0 + 1, min(len(o.ids), b0 + 124 - (a1 - a0)) + 1)) if 124 - (a1 - a0) > 1 else b0 + 1
+        pairs.append((d, a0, a1, o, b0, b1))
+    ids, units, lengths = build_instances(pairs, "uint16", "int8")
+    ends = np.cumsum(lengths)
+    renumbered = 0
+    for (d, a0, a1, o, b0, b1), e, n in zip(pairs, ends, lengths):
+        ref_ids, ref_units = build_instance(d, a0, a1, o, b0, b1, "uint16", "int8")
+        assert ids.dtype == ref_ids.dtype and units.dtype == ref_units.dtype
+        assert np.array_equal(ids[e - n : e], ref_ids) and np.array_equal(units[e - n : e], ref_units)
+        renumbered += int(o.units[b1 - 1]) - int(o.units[b0]) + int(d.units[a1 - 1]) - int(d.units[a0]) + 1 > 127
+    assert renumbered > 10  # the fallback path ran
+
+
 def test_same_inputs_same_seed_byte_identical(vocab_dir, mixed, tmp_path):
     a = run(vocab_dir, [mixed], tmp_path / "a", docs_per_shard=200)
     b = run(vocab_dir, [mixed], tmp_path / "b", docs_per_shard=200, batch_docs=7)  # batch size is speed only
