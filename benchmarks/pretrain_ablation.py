@@ -16,6 +16,7 @@ Variants (`bert-lr1e-3` is the `cpu`/`demo` presets' recipe of before this ablat
   packed-mlm-mask25    ... with 25% of the tokens predicted instead of 15%
   packed-mlm-vocab/4   ... with a vocabulary of a quarter of --vocab-size (fewer embedding rows to train)
   bert-lr1e-3-vocab/2  the presets' recipe of before with half of --vocab-size
+  bert-vocab/2         `bert` with half of --vocab-size
   packed-mlm-nodrop-mask25[-vocab/4]   the changes together
 
 Held-out MLM loss/accuracy are each variant's own held-out instances (packed or not, its own
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import contextlib
 import json
 import threading
 import os
@@ -64,6 +64,7 @@ VARIANTS = {  # pretraining settings over the defaults (--lr, --tokens, ...); "v
     "packed-mlm-nodrop-mask25-vocab/4": {"shards": MLM, "vocab": 0.25, "pretrain": {"objective": "mlm", "override": NODROP, "mask_prob": 0.25}},
     "packed-mlm-vocab/4": {"shards": MLM, "vocab": 0.25, "pretrain": {"objective": "mlm"}},
     "bert-lr1e-3-vocab/2": {"vocab": 0.5, "pretrain": {"lr": 1e-3}},
+    "bert-vocab/2": {"vocab": 0.5},
 }
 DEFAULT_PLAN = ["bert-lr1e-3", "bert", "packed-nsp", "packed-mlm", "packed-mlm-nodrop", "packed-mlm-mask25", "packed-mlm-vocab/4"]
 
@@ -166,17 +167,23 @@ def main() -> None:
         return d
 
     feature_locks: dict[tuple, threading.Lock] = {}
+    features_started: set[tuple] = set()
 
     def evaluate(task: str, model: Path, args: list[str], log: Path) -> None:
         """`korbert eval TASK` with the feature cache of the model's vocabulary shared by every variant
-        (tokenizing 70k reviews takes minutes per run): the first run of a (vocabulary, task) builds
-        it while the others wait, since two builders of one cache would collide."""
+        (tokenizing 70k reviews takes minutes per run). Two builders of one cache would collide, so the
+        first run of a (vocabulary, task) in this process runs under the lock (the cache is built or
+        reused from disk), the others wait for it and then run side by side."""
         vocab = json.loads((model / "config.json").read_text())["vocab_size"]
-        features = work / f"features-{vocab}"
-        lock = feature_locks.setdefault((vocab, task), threading.Lock())  # (atomic under the GIL)
-        ready = any(features.glob(f"{task}-*/features.json"))
-        with lock if not ready else contextlib.nullcontext():
-            korbert(["eval", task, "--model", str(model), "--features", str(features), *args], log, 1)
+        cmd = ["eval", task, "--model", str(model), "--features", str(work / f"features-{vocab}"), *args]
+        key = (vocab, task)
+        with feature_locks.setdefault(key, threading.Lock()):  # (setdefault is atomic under the GIL)
+            first = key not in features_started
+            if first:
+                korbert(cmd, log, 1)
+                features_started.add(key)
+        if not first:
+            korbert(cmd, log, 1)
 
     def finetune(model: Path, where: Path, seed: int, control: bool = False) -> dict:
         ctl = ["--control"] if control else []
@@ -250,8 +257,9 @@ def main() -> None:
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
         for f in [pool.submit(fn, *args) for fn, args in jobs]:
             f.result()
-    ctl = next((r for r in table if r["variant"] == CONTROL), None)
-    for r in table:
+    controls = {r["seed"]: r for r in table if r["variant"] == CONTROL}
+    for r in table:  # each row against the control fine-tuned with the same seed (else the first control's)
+        ctl = controls.get(r["seed"], next(iter(controls.values()), None))
         if ctl is not None and r is not ctl:
             r["nsmc_vs_control"] = round(r["nsmc_accuracy"] - ctl["nsmc_accuracy"], 2)
             r["korquad_f1_vs_control"] = round(r["korquad_f1"] - ctl["korquad_f1"], 2)

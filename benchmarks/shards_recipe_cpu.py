@@ -18,6 +18,7 @@ import argparse
 import os
 import json
 import pickle
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,12 +39,14 @@ tokenizer, batches = sys.argv[1], pickle.load(open(sys.argv[2], "rb"))
 tok = KorBertTokenizer.from_pretrained(tokenizer)
 cfg = S.ShardsConfig(tokenizer=tokenizer, inputs=[], out="")
 columns = shard_columns(len(tok), cfg.max_seq_len, cfg.masking, True)
-chunk = S._Chunk(0, __import__("pathlib").Path(tempfile.mkdtemp()), cfg, MaskConfig.from_tokenizer(tok, cfg.mask_prob), columns)
-cpu = time.process_time()
-for batch, encs in batches:
-    chunk.add(batch, encs)
-record = chunk.close()
-print(json.dumps({"cpu_seconds": time.process_time() - cpu, "instances": record["splits"]["train"]["instances"]}))
+with tempfile.TemporaryDirectory(prefix="recipe-bench-") as tmp:
+    chunk = S._Chunk(0, __import__("pathlib").Path(tmp), cfg, MaskConfig.from_tokenizer(tok, cfg.mask_prob), columns)
+    cpu = time.process_time()
+    for batch, encs in batches:
+        chunk.add(batch, encs)
+    record = chunk.close()
+    cpu = time.process_time() - cpu
+print(json.dumps({"cpu_seconds": cpu, "instances": record["splits"]["train"]["instances"]}))
 """
 
 
@@ -111,7 +114,7 @@ def main() -> None:
         print(f"{c}: {med[c]:.3f} CPU-s ({out['us_per_document'][c]} us per document)")
     atomic_write_json(a.out, out)
     print(json.dumps({k: v for k, v in out.items() if k.startswith("ratio")}), f"load {load}", f"-> {a.out}")
-    batches.unlink()
+    shutil.rmtree(batches.parent)
 
 
 if __name__ == "__main__":

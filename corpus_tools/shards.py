@@ -331,9 +331,9 @@ def build_instances(pairs: list[tuple], ids_dtype: str, units_dtype: str) -> tup
     """`build_instance` over many pairs at once: (ids, units or None, lengths), ids and units the
     instances' columns concatenated in order. The same values as `build_instance` pair by pair,
     with one concatenation for the lot instead of a dozen small numpy calls per instance.
-    pairs: [(doc, a0, a1, other, b0, b1, ...)], both segments non-empty."""
-    if not pairs:
-        return np.empty(0, ids_dtype), np.empty(0, units_dtype), np.empty(0, np.int64)
+    pairs: [(doc, a0, a1, other, b0, b1, ...)], at least one, both segments non-empty."""
+    if not pairs:  # (whether units exist is read off the first pair's document)
+        raise ValueError("build_instances: no pairs")
     pieces, upieces, la, lb = [], [], [], []
     with_units = pairs[0][0].units is not None
     for doc, a0, a1, other, b0, b1, *_ in pairs:

@@ -309,6 +309,21 @@ def test_dynamic_shards_store_units_and_the_loader_masks_them(vocab_dir, mixed, 
     assert 0.125 < c["train"]["masking"]["masked_share"] < 0.16
 
 
+def test_dynamic_shards_by_token_have_no_units(vocab_dir, mixed, tmp_path):
+    """mask_unit=token: the batched builder writes no unit column; the loader masks single tokens at
+    15%; the batch size is speed only."""
+    m = run(vocab_dir, [mixed], tmp_path / "a", mask_unit="token")
+    run(vocab_dir, [mixed], tmp_path / "b", mask_unit="token", batch_docs=7)
+    assert shard_bytes(tmp_path / "a") == shard_bytes(tmp_path / "b")
+    assert m["config"]["masking"] == "dynamic" and not list(tmp_path.glob("a/**/*.units.npy"))
+    reader = open_shards(tmp_path / "a")
+    assert "unit_ids" not in reader[0]
+    masked = sum(int((reader.masked(i, np.random.default_rng(i))["labels"] != IGNORE).sum()) for i in range(len(reader)))
+    words = sum(len(reader[i]["input_ids"]) - 3 for i in range(len(reader)))  # all but [CLS] and two [SEP]
+    assert 0.14 < masked / words < 0.16, masked / words
+    assert 0.14 < m["counts"]["train"]["masking"]["masked_share"] < 0.16
+
+
 @pytest.fixture(scope="module")
 def dynamic_run(vocab_dir, petitions, tmp_path_factory) -> Path:
     """Shards of the sample petitions with the default options (dynamic, by morpheme, 128 tokens)."""
@@ -491,6 +506,12 @@ def test_build_instances_matches_build_instance_pair_by_pair():
         assert np.array_equal(ids[e - n : e], ref_ids) and np.array_equal(units[e - n : e], ref_units)
         renumbered += int(o.units[b1 - 1]) - int(o.units[b0]) + int(d.units[a1 - 1]) - int(d.units[a0]) + 1 > 127
     assert renumbered > 10  # the fallback path ran
+    by_token = [_Doc({**d_enc, "ids": d.ids}, "token") for d, d_enc in ((d, {"sentence": np.zeros(len(d.ids), np.int32), "morpheme": d.morpheme, "eojeol": d.eojeol}) for d in docs)]
+    tpairs = [(by_token[docs.index(d)], a0, a1, by_token[docs.index(o)], b0, b1) for d, a0, a1, o, b0, b1 in pairs[:50]]
+    ids, units, lengths = build_instances(tpairs, "uint16", "int8")
+    assert units is None and np.array_equal(ids, np.concatenate([build_instance(*p, "uint16", "int8")[0] for p in tpairs]))
+    with pytest.raises(ValueError):
+        build_instances([], "uint16", "int8")
 
 
 def test_same_inputs_same_seed_byte_identical(vocab_dir, mixed, tmp_path):

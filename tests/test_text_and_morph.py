@@ -56,6 +56,22 @@ def test_iter_documents_formats_and_counted_skips(tmp_path):
         list(iter_documents([f"{tmp_path / 'missing.txt'}@3"]))
 
 
+def test_jsonl_lines_that_are_not_one_text(tmp_path):
+    """JSON that is not an object is malformed; null fields are left out (the length filter downstream
+    counts an empty document); a non-string value is written out; several fields join by a newline."""
+    lines = ['[1, 2]', 'null', '"문자열"', '{"text": null}', '{"title": null, "text": null}', '{"text": 2024}',
+             '{"title": "제목", "text": "본문"}', '{"title": "제목만"}', '{"title": null, "text": "본문만"}', '', '{"body": "x"}']
+    (tmp_path / "e.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    stats = ReadStats()
+    got = list(iter_documents([tmp_path / "e.jsonl"], text_field=["title", "text"], stats=stats))
+    assert [t for _, t in got] == ["", "", "2024", "제목\n본문", "제목만", "본문만"]
+    assert [w.rsplit(":", 1)[1] for w, _ in got] == ["4", "5", "6", "7", "8", "9"]
+    assert stats.skipped == {"malformed_json": 3, "missing_field": 1}  # the blank line is no document
+    assert stats.documents_in == 10
+    with pytest.raises(InputError, match="malformed json"):
+        list(iter_documents([tmp_path / "e.jsonl"], strict=True))
+
+
 def test_one_doc_per_line(tmp_path):
     (tmp_path / "d.txt").write_text("하나\n둘\n\n셋\n", encoding="utf-8")
     assert [t for _, t in iter_documents([tmp_path / "d.txt"], one_doc_per_line=True)] == ["하나", "둘", "", "셋"]
