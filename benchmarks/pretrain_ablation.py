@@ -18,6 +18,8 @@ Variants (`bert-lr1e-3` is the `cpu`/`demo` presets' recipe of before this ablat
   bert-lr1e-3-vocab/2  the presets' recipe of before with half of --vocab-size
   bert-vocab/2         `bert` with half of --vocab-size
   packed-mlm-nodrop-mask25[-vocab/4]   the changes together
+  packed-mlm-len64     packed MLM-only instances of at most 64 tokens instead of 128 (shorter rows leave the
+                       unigram plateau sooner: benchmarks/results/pretrain-seqlen-probe.json); -lr1e-3 at lr 1e-3
 
 Held-out MLM loss/accuracy are each variant's own held-out instances (packed or not, its own
 vocabulary and mask rate), so they compare a variant with itself over time more than with the
@@ -53,6 +55,7 @@ CONTROL = "control (random init)"
 NODROP = ["hidden_dropout_prob=0", "attention_probs_dropout_prob=0"]
 PACKED = {"instances": "packed"}
 MLM = {"instances": "packed", "nsp": False}
+MLM64 = {**MLM, "max_seq_len": 64}
 VARIANTS = {  # pretraining settings over the defaults (--lr, --tokens, ...); "vocab": a share of --vocab-size
     "bert-lr1e-3": {"pretrain": {"lr": 1e-3}},
     "bert": {},
@@ -65,6 +68,8 @@ VARIANTS = {  # pretraining settings over the defaults (--lr, --tokens, ...); "v
     "packed-mlm-vocab/4": {"shards": MLM, "vocab": 0.25, "pretrain": {"objective": "mlm"}},
     "bert-lr1e-3-vocab/2": {"vocab": 0.5, "pretrain": {"lr": 1e-3}},
     "bert-vocab/2": {"vocab": 0.5},
+    "packed-mlm-len64": {"shards": MLM64, "pretrain": {"objective": "mlm"}},
+    "packed-mlm-len64-lr1e-3": {"shards": MLM64, "pretrain": {"objective": "mlm", "lr": 1e-3}},
 }
 DEFAULT_PLAN = ["bert-lr1e-3", "bert", "packed-nsp", "packed-mlm", "packed-mlm-nodrop", "packed-mlm-mask25", "packed-mlm-vocab/4"]
 
@@ -120,6 +125,8 @@ def main() -> None:
     ap.add_argument("--work", default="runs/ablation")
     ap.add_argument("--vocab-from", default="", help="a finished vocab folder of --vocab-size over the same corpus to reuse (e.g. runs/cpu/vocab)")
     ap.add_argument("--shards-from", default="", help="finished document-instance shards of that vocab to reuse (e.g. runs/cpu/shards)")
+    ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"],
+                    help="korbert pretrain --precision (rows record what ran; rows before this option ran fp32)")
     ap.add_argument("--jobs", type=int, default=2, help="variants run side by side, one thread each")
     ap.add_argument("--out", default="benchmarks/results/pretrain-ablation.json")
     a = ap.parse_args()
@@ -138,8 +145,11 @@ def main() -> None:
     }
 
     planned = {(n, s) for s in a.seeds for n in a.variants} | ({(CONTROL, a.seeds[0])} if a.control else set())
-    if out.is_file():  # rows of earlier invocations (other variants or seeds) stay in the table
-        table += [r for r in json.loads(out.read_text()).get("rows", []) if (r["variant"], r["seed"]) not in planned]
+    if out.is_file():  # rows of earlier invocations (other variants or seeds) stay in the table, and so do their commands
+        before = json.loads(out.read_text())
+        table += [r for r in before.get("rows", []) if (r["variant"], r["seed"]) not in planned]
+        earlier = before.get("commands") or [before.get("command")]
+        report["commands"] = [c for c in earlier if c and c != report["command"]] + [report["command"]]
 
     def save() -> None:
         report["load_average_at_save"] = os.getloadavg()
@@ -159,7 +169,8 @@ def main() -> None:
     def shards_dir(size: int, sh: dict) -> Path:
         if not sh and size == a.vocab_size and a.shards_from:
             return (ROOT / a.shards_from).resolve()
-        name = "-".join([f"{size}", sh.get("instances", "document"), "nsp" if sh.get("nsp", True) else "nonsp"])
+        name = "-".join([f"{size}", sh.get("instances", "document"), "nsp" if sh.get("nsp", True) else "nonsp",
+                         *([f"len{sh['max_seq_len']}"] if "max_seq_len" in sh else [])])
         d = work / f"shards-{name}"
         vocab = vocab_dir(size)
         with build_lock:
@@ -222,7 +233,7 @@ def main() -> None:
         run.mkdir(parents=True, exist_ok=True)
         pre = {
             "model_size": a.model_size, "max_steps": 0, "max_tokens": a.tokens, "tokens_per_batch": a.tokens_per_batch,
-            "lr": a.lr, "eval_every": 0, "eval_instances": 2000, "log_every": 50, "save_every": 500, "seed": seed,
+            "lr": a.lr, "eval_every": 0, "eval_instances": 2000, "log_every": 50, "save_every": 500, "seed": seed, "precision": a.precision,
             **v.get("pretrain", {}),
         }
         t0 = time.time()
@@ -230,10 +241,11 @@ def main() -> None:
         pm = json.loads((run / "pretrain" / "final" / "manifest.json").read_text())
         sm = json.loads((shards / "manifest.json").read_text())
         tr = sm["counts"]["train"]
+        ran = json.loads((run / "pretrain" / "config.json").read_text())["run"].get("precision_used", "fp32")
         row = {
-            "variant": name, "seed": seed, "vocab_size": pm["model_config"]["vocab_size"],
+            "variant": name, "seed": seed, "command": report["command"], "vocab_size": pm["model_config"]["vocab_size"],
             "shards": {"instances": "document", "nsp": True, **v.get("shards", {})},
-            "pretrain": {k: pre[k] for k in ("objective", "mask_prob", "override") if k in pre},
+            "pretrain": {**{k: pre[k] for k in ("objective", "mask_prob", "override") if k in pre}, "precision": ran},
             "tokens_per_instance": tr.get("tokens_per_instance") or round(tr["tokens"] / tr["instances"], 2),
             "steps": pm["step"], "tokens": pm["tokens"], "pretrain_seconds": pm["seconds"],
             "held_out_mlm_loss": round(pm["eval"]["mlm_loss"], 4), "held_out_mlm_acc": round(100 * pm["eval"]["mlm_acc"], 2),
@@ -247,7 +259,7 @@ def main() -> None:
     def control() -> None:  # the first variant's architecture and vocabulary, randomly initialized
         first, seed = a.variants[0], a.seeds[0]
         model = work / f"{first.replace('/', '')}-seed{seed}" / "pretrain" / "final"
-        row = {"variant": CONTROL, "seed": seed, **finetune(model, work / f"control-seed{seed}", seed, control=True)}
+        row = {"variant": CONTROL, "seed": seed, "command": report["command"], **finetune(model, work / f"control-seed{seed}", seed, control=True)}
         add(row, f"control: NSMC-R {row['nsmc_accuracy']}, KorQuAD EM {row['korquad_em']} F1 {row['korquad_f1']}")
 
     order = [*VARIANTS, CONTROL]
@@ -269,7 +281,7 @@ def main() -> None:
         report.update({
             f"ratio_{tag(r)}_pretrain_tokens_per_s_vs_{tag(base)}": round(
                 (r["tokens"] / r["pretrain_seconds"]) / (base["tokens"] / base["pretrain_seconds"]), 3)
-            for r in table if "tokens" in r and r is not base
+            for r in table if "tokens" in r and r is not base and r.get("command") == base.get("command")  # this invocation's rows only
         })
     save()
     print(f"-> {out}")

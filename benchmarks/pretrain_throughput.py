@@ -12,6 +12,11 @@ interleaved in rounds so that load drift on a shared machine hits them alike:
   korbert_packed      `--tokens-per-batch --pack`: the same number of tokens per step packed into
                       rows of max_seq_len (block-diagonal attention)
 
+--bf16 adds the same two steps under bfloat16 autocast (`korbert pretrain --precision bf16`, the
+default on CPUs with AVX512-BF16/AMX) beside their fp32 runs, the baseline being what `Trainer(bf16=True)`
+does on a CPU (the HF step under torch.autocast("cpu", bfloat16)):
+  hf_dynamic_padding_bf16, korbert_bf16
+
 Throughput counts real (non-padding) tokens, so padding is cost, not credit. It also reports the
 share of this machine's measured fp32 matmul peak (a 2048 x 2048 sgemm) that korbert's step
 reaches, counting the model FLOPs of `korbert.model.step_flops`.
@@ -36,7 +41,7 @@ from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
 from corpus_tools.shard_format import open_shards  # noqa: E402
 from korbert.data import BatchPlan, PretrainingDataset, instance_lengths  # noqa: E402
 from korbert.model import KorBertForPreTraining, bert_config, step_flops  # noqa: E402
-from korbert.pretrain import MODEL_INPUTS  # noqa: E402
+from korbert.pretrain import MODEL_INPUTS, cpu_has_bf16  # noqa: E402
 
 
 def dense(b: dict, length: int | None = None) -> dict:
@@ -79,6 +84,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6, help="timed steps per configuration per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--bf16", action="store_true", help="also time korbert and the HF baseline under bfloat16 autocast")
     ap.add_argument("--out", default="benchmarks/results/pretrain-cpu-throughput.json")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -97,6 +103,8 @@ def main() -> None:
         "hf_padded": [dense(b, max_len) for b in grouped], "hf_dynamic_padding": [dense(b) for b in grouped],
         "korbert": grouped, "korbert_packed": packed,
     }
+    if a.bf16:
+        batches.update({"hf_dynamic_padding_bf16": batches["hf_dynamic_padding"], "korbert_bf16": grouped})
     meta = {name: [stats(b) for b in (packed if name == "korbert_packed" else grouped)] for name in batches}
     peak = sgemm_gflops()
     load = os.getloadavg()
@@ -112,12 +120,14 @@ def main() -> None:
             model = KorBertForPreTraining(mcfg)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
             sparse = name.startswith("korbert")
+            cast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=name.endswith("_bf16"))
 
-            def step(b, model=model, opt=opt, sparse=sparse):
-                if sparse:
-                    loss = model(**{k: b[k] for k in MODEL_INPUTS}, packed=b["packed"], sparse=True).loss
-                else:
-                    loss = model(**b).loss  # HF's BertForPreTraining: dense logits + CrossEntropyLoss
+            def step(b, model=model, opt=opt, sparse=sparse, cast=cast):
+                with cast:
+                    if sparse:
+                        loss = model(**{k: b[k] for k in MODEL_INPUTS}, packed=b["packed"], sparse=True).loss
+                    else:
+                        loss = model(**b).loss  # HF's BertForPreTraining: dense logits + CrossEntropyLoss
                 loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
@@ -146,17 +156,26 @@ def main() -> None:
         res["ratio_korbert_packed_vs_hf_dynamic_padding"] = round(res["korbert_packed"]["tokens_per_s"] / fair, 3)
         res["ratio_korbert_vs_hf_padded"] = round(res["korbert"]["tokens_per_s"] / naive, 3)
         res["ratio_korbert_sgemm_peak_share"] = round(res["korbert"]["model_gflops_per_s"] / peak, 3)
+        if a.bf16:
+            res["ratio_korbert_bf16_vs_hf_dynamic_padding_bf16"] = round(res["korbert_bf16"]["tokens_per_s"] / res["hf_dynamic_padding_bf16"]["tokens_per_s"], 3)
+            res["ratio_korbert_bf16_vs_korbert_fp32"] = round(res["korbert_bf16"]["tokens_per_s"] / res["korbert"]["tokens_per_s"], 3)
+            res["ratio_korbert_bf16_vs_hf_dynamic_padding"] = round(res["korbert_bf16"]["tokens_per_s"] / fair, 3)
         results[size] = res
         print(f"BERT-{size}: " + ", ".join(f"{k} {v['tokens_per_s']:,.0f} tok/s" for k, v in res.items() if isinstance(v, dict)))
         print(f"  korbert / hf (dynamic padding) = {res['ratio_korbert_vs_hf_dynamic_padding']:.2f}x, packed "
               f"{res['ratio_korbert_packed_vs_hf_dynamic_padding']:.2f}x; / hf padded to {max_len} = {res['ratio_korbert_vs_hf_padded']:.2f}x; "
               f"{res['korbert']['model_gflops_per_s']:.0f} model GFLOP/s = {res['ratio_korbert_sgemm_peak_share']:.0%} of the sgemm peak")
+        if a.bf16:
+            print(f"  bf16 autocast: korbert / hf = {res['ratio_korbert_bf16_vs_hf_dynamic_padding_bf16']:.2f}x; korbert bf16 / fp32 = "
+                  f"{res['ratio_korbert_bf16_vs_korbert_fp32']:.2f}x")
     out = {
         "stage": "pretrain", "what": "CPU training-step throughput, korbert vs transformers BertForPreTraining (dynamic padding)",
         "command": "python " + " ".join(sys.argv), "machine": machine(), "torch": torch.__version__,
         "load_average_start": load, "load_average_end": os.getloadavg(), "sgemm_2048_gflops": round(peak, 1),
+        "cpu_has_bf16": cpu_has_bf16(),
         "batch_size": a.batch_size, "steps_per_config": a.steps * a.rounds, "shards": a.shards, "vocab_size": vocab, "results": results,
         **{f"ratio_korbert_vs_hf_dynamic_padding_{s}": results[s]["ratio_korbert_vs_hf_dynamic_padding"] for s in results},
+        **{f"ratio_korbert_bf16_vs_hf_dynamic_padding_bf16_{s}": results[s]["ratio_korbert_bf16_vs_hf_dynamic_padding_bf16"] for s in results if a.bf16},
     }
     atomic_write_json(a.out, out)
     print(f"-> {a.out}")

@@ -89,6 +89,11 @@ class PretrainConfig:
     save_every: int = C.field(500, "checkpoint every N steps (rounded to a multiple of --log-every)")
     seed: int = C.field(0, "seed for initialization, data order, masking and dropout")
     device: str = C.field("auto", "auto (cuda if available), cpu or cuda", choices=["auto", "cpu", "cuda"])
+    precision: str = C.field(
+        "auto", "bf16: matmuls in bfloat16 under autocast (weights, optimizer and losses stay fp32); auto: bf16 on CUDA "
+        "and on CPUs with bf16 instructions (AVX512-BF16, AMX: about 1.6x the tokens/s of fp32 on a 2-core Zen 4), fp32 "
+        "elsewhere, where bf16 is emulated and slower", choices=["auto", "bf16", "fp32"],
+    )
     compile: bool = C.field(False, "torch.compile the model; batch shapes are rounded to a few buckets so it compiles a handful of graphs")
     num_workers: int = C.field(-1, "DataLoader worker processes (-1: 4 per GPU, 1 on CPU)")
     resume: bool = C.field(True, "continue from out/ckpt.pt when it holds this same run")
@@ -185,10 +190,32 @@ class _Dist:
             dist.destroy_process_group()
 
 
-def _run_key(cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int) -> str:
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX-BF16, read from /proc/cpuinfo).
+    Elsewhere torch emulates bf16 matmuls, slower than fp32."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        pass
+    return False
+
+
+def resolve_precision(want: str, cuda: bool) -> str:
+    """--precision auto|bf16|fp32 on this device -> "bf16" or "fp32"."""
+    if want != "auto":
+        return want
+    return "bf16" if cuda or cpu_has_bf16() else "fp32"
+
+
+def _run_key(cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int, precision: str, cuda: bool) -> str:
     ident = {k: v for k, v in C.to_dict(cfg).items() if k not in ("out", "device", "compile", "num_workers", "resume", "force", "replace", "log_every", "save_every")}
-    for k, default in (("objective", "mlm+nsp"), ("mask_prob", 0.0)):  # options added later: at their defaults the key is as before
-        if ident[k] == default:
+    ident["precision"] = precision  # what runs, not what was asked ("auto")
+    for k, default in (("objective", "mlm+nsp"), ("mask_prob", 0.0), ("precision", "bf16" if cuda else "fp32")):
+        if ident[k] == default:  # options added later: at their defaults (CUDA's bf16, CPU's fp32 before) the key is as before
             del ident[k]
     return hashlib.sha256(json.dumps([ident, shards_key, tokenizer_hash, world], sort_keys=True).encode()).hexdigest()
 
@@ -329,7 +356,8 @@ class Trainer:
         if cfg.mask_prob and (not 0 < cfg.mask_prob < 1 or sm["config"]["masking"] != "dynamic"):
             raise InputError("--mask-prob must be in (0, 1) and needs dynamic shards (static shards hold their masks)")
         self.nsp = cfg.objective == "mlm+nsp"
-        self.key = key = _run_key(cfg, sm["key"], sm["tokenizer_hash"], dist.world)
+        self.precision = resolve_precision(cfg.precision, self.cuda)
+        self.key = key = _run_key(cfg, sm["key"], sm["tokenizer_hash"], dist.world, self.precision, self.cuda)
         if self.final.exists() and not cfg.force:
             try:
                 fm = read_manifest(self.final, "model")
@@ -370,7 +398,7 @@ class Trainer:
             max(1, cfg.max_tokens // max(1, self.plan.token_stats(0)[0])) if cfg.max_tokens > 0 else None
         )
         self.save_every = max(cfg.log_every, cfg.save_every // cfg.log_every * cfg.log_every)
-        self.run_cfg = {**C.to_dict(cfg), "world_size": dist.world, "global_batch": self.global_batch, "device": str(dev)}
+        self.run_cfg = {**C.to_dict(cfg), "world_size": dist.world, "global_batch": self.global_batch, "device": str(dev), "precision_used": self.precision}
         self.n_params = count = count_parameters(self.model)
         self.peak = peak_flops(torch.cuda.get_device_name(dev)) if self.cuda else None
         if dist.main:
@@ -380,7 +408,7 @@ class Trainer:
                 f"pretrain: BERT-{cfg.model_size} ({count / 1e6:.1f}M parameters, L{mcfg.num_hidden_layers}/H{mcfg.hidden_size}/"
                 f"A{mcfg.num_attention_heads}, vocab {mcfg.vocab_size}) on {dev}{f' x {dist.world}' if dist.world > 1 else ''}; "
                 f"{len(train)} training instances, global batch {self.global_batch}{' (packed rows)' if cfg.pack else ''}"
-                f"{', compiled' if cfg.compile else ''}"
+                f"{', compiled' if cfg.compile else ''}, {self.precision}"
             )
         self.tb = None
         if dist.main:
@@ -518,7 +546,7 @@ class Trainer:
     def autocast(self):
         import torch
 
-        return torch.autocast("cuda", dtype=torch.bfloat16) if self.cuda else contextlib.nullcontext()
+        return torch.autocast(self.dev.type, dtype=torch.bfloat16) if self.precision == "bf16" else contextlib.nullcontext()
 
     def step(self, micro: list[dict]) -> None:
         """One optimizer step over this rank's micro-batches, without waiting on the device."""

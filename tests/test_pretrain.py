@@ -37,6 +37,7 @@ def cfg(shards_dir, out, **kw) -> PretrainConfig:
     base = dict(
         shards=str(shards_dir), out=str(out), model_size="tiny", override=TINY, batch_size=8, max_steps=10, lr=2e-3,
         log_every=1, eval_every=0, eval_instances=64, save_every=4, num_workers=0, seed=3,
+        precision="fp32",  # the tight comparisons below hold on any CPU; bf16 has its own test
     )
     base.update(kw)
     return PretrainConfig(**base)
@@ -102,6 +103,37 @@ def test_loss_goes_down(shards_dir, tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert {"loss", "mlm_acc", "nsp_acc", "lr", "tokens_per_s", "step", "tokens"} <= set(lines[0])
     assert "eval_mlm_acc" in lines[-1]
+
+
+def test_bf16_on_cpu_trains_like_fp32_and_is_its_own_run(shards_dir, tmp_path):
+    """--precision bf16 on the CPU: matmuls under bfloat16 autocast. Its first losses agree with fp32's
+    to bf16's rounding, it learns as fp32 does, it is deterministic, the run key tells the two apart
+    (a bf16 run does not resume an fp32 checkpoint), and the export is an fp32 checkpoint."""
+    from safetensors.torch import load_file
+
+    common = dict(override=[*TINY, "hidden_dropout_prob=0", "attention_probs_dropout_prob=0"], max_steps=40, batch_size=16,
+                  lr=3e-3, log_every=4, save_every=40)
+    f32 = main(cfg(shards_dir, tmp_path / "fp32", **common))
+    b16 = main(cfg(shards_dir, tmp_path / "bf16", precision="bf16", **common))
+    a, b = losses(tmp_path / "fp32"), losses(tmp_path / "bf16")
+    assert a != b, "bf16 autocast changed nothing: it did not run"
+    assert abs(a[0] - b[0]) < 0.05, (a[0], b[0])  # one step of bf16 rounding
+    assert b[-1] < b[0] - 1.0 and abs(a[-1] - b[-1]) < 0.3, (a, b)
+    main(cfg(shards_dir, tmp_path / "bf16b", precision="bf16", **common))
+    assert losses(tmp_path / "bf16b") == b
+    assert f32["run_key"] != b16["run_key"]
+    conf = json.loads((tmp_path / "bf16" / "config.json").read_text())["run"]
+    assert conf["precision"] == "bf16" and conf["precision_used"] == "bf16"
+    w = load_file(str(tmp_path / "bf16" / "final" / "model.safetensors"))
+    assert {t.dtype for t in w.values()} == {torch.float32}
+
+
+def test_precision_auto_resolves_by_device():
+    from korbert.pretrain import cpu_has_bf16, resolve_precision
+
+    assert resolve_precision("auto", cuda=True) == "bf16"
+    assert resolve_precision("auto", cuda=False) == ("bf16" if cpu_has_bf16() else "fp32")
+    assert resolve_precision("fp32", cuda=True) == "fp32" and resolve_precision("bf16", cuda=False) == "bf16"
 
 
 def test_same_seed_same_losses_and_rerun_is_up_to_date(shards_dir, tmp_path, capsys):
