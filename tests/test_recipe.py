@@ -34,6 +34,7 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
     assert report["pretraining"]["steps"] == 8 and report["corpus"]["vocab_size"] == 3000
     md = (out / "report.md").read_text()
     assert "| system | origin | parameters | NSMC-R accuracy | KorQuAD EM | KorQuAD F1 |" in md and "control" in md
+    assert f"Corpus given with --corpus, instead of the preset's: `{corpus_file}`" in md  # the preset's description is not the run's
     for plot in report["plots"]:
         assert (out / plot).stat().st_size > 1000
     assert (out / "pretrain" / "final" / "model.safetensors").is_file()
