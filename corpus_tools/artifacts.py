@@ -68,14 +68,18 @@ def versions() -> dict:
     return out
 
 
+def cpuinfo(field: str) -> str | None:
+    """The first `field` line of /proc/cpuinfo ("model name", "flags", ...), None where there is none."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(field)), None)
+    except OSError:
+        return None
+
+
 def machine() -> dict:
     """The machine a number was measured on (benchmarks record it beside every result)."""
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpuinfo("model name") or "unknown"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"cpu": cpu, "cores": cores, "python": platform.python_version(), "platform": platform.platform()}
 
