@@ -69,3 +69,12 @@ def test_recipe_errors_name_the_problem(tmp_path):
         main(RecipeConfig(preset="demo", out=str(tmp_path), set=["lr=1"]))
     with pytest.raises(InputError, match="no field"):
         main(RecipeConfig(preset="demo", out=str(tmp_path), set=["pretrain.learning_rate=1"]))
+
+
+def test_report_names_the_model_with_its_shape_overrides():
+    """A size preset whose shape is overridden is another model: the report's rows say so."""
+    from korbert.pretrain import PretrainConfig
+    from korbert.report import model_name
+
+    assert model_name(PretrainConfig(model_size="tiny")) == "BERT-tiny"
+    assert model_name(PretrainConfig(model_size="tiny", override=["num_hidden_layers=4", "hidden_dropout_prob=0"])) == "BERT-tiny, num_hidden_layers=4"
