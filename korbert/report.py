@@ -10,8 +10,6 @@ from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, machine
 from evals.table import pct, render_table, result_row
 
-
-
 _SHAPE = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
 
 
@@ -19,6 +17,7 @@ def model_name(pre) -> str:
     """"BERT-tiny", or with the shape overrides that make it another model: "BERT-tiny, num_hidden_layers=4"."""
     shape = [o for o in pre.override if o.split("=", 1)[0].strip() in _SHAPE]
     return ", ".join([f"BERT-{pre.model_size}", *shape])
+
 
 def _read_log(path: Path) -> list[dict]:
     if not path.is_file():
@@ -69,9 +68,10 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict, sm: dict, p
     pr = results
     base = pr["baseline"]
     final = cfgs["nsmc"].model
+    name = model_name(pre)
     rows = [
-        result_row(final, False, "pretrained here", pr["nsmc"], pr["korquad"], system=f"korbert {model_name(pre)}"),
-        result_row(final, True, "control", pr["nsmc_control"], pr["korquad_control"], system=f"control: {model_name(pre)}, random init"),
+        result_row(final, False, "pretrained here", pr["nsmc"], pr["korquad"], system=f"korbert {name}"),
+        result_row(final, True, "control", pr["nsmc_control"], pr["korquad_control"], system=f"control: {name}, random init"),
     ]
     for c in compared:
         rows.append(result_row(c["folder"], False, "given folder", c["nsmc"], c["korquad"]))
@@ -91,7 +91,7 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict, sm: dict, p
             "isnext_share": tr.get("isnext_share"), "masking": tr.get("masking"),
         },
         "pretraining": {
-            "model_size": pre.model_size, "model": model_name(pre), "parameters": pm["parameters"], "steps": pm["step"], "tokens": pm["tokens"],
+            "model_size": pre.model_size, "model": name, "parameters": pm["parameters"], "steps": pm["step"], "tokens": pm["tokens"],
             "seconds": pm["seconds"], "tokens_per_s": round(pm["tokens"] / max(pm["seconds"], 1e-9), 1),
             "budget": {k: getattr(pre, k) for k in ("max_steps", "max_tokens", "max_minutes") if getattr(pre, k)},
             "global_batch": pm["config"]["global_batch"], "lr": pre.lr, "objective": pre.objective,
@@ -147,7 +147,7 @@ def render(r: dict) -> str:
         "",
         "## Pretraining",
         "",
-        f"{p.get('model', 'BERT-' + p['model_size'])} ({p['parameters'] / 1e6:.1f}M parameters), budget: {budget}; global batch {p['global_batch']}, peak lr {p['lr']}.",
+        f"{p['model']} ({p['parameters'] / 1e6:.1f}M parameters), budget: {budget}; global batch {p['global_batch']}, peak lr {p['lr']}.",
         f"{p['steps']:,} steps, {p['tokens']:,} tokens in {p['seconds'] / 60:.1f} min ({p['tokens_per_s']:,.0f} tokens/s).",
         f"Objective {p.get('objective', 'mlm+nsp')}, {p.get('instances', 'document')} instances{per_instance}.",
         f"Held-out MLM accuracy {pct(p['held_out_mlm_accuracy'])}%, MLM loss {p['held_out_mlm_loss'] or float('nan'):.3f}"
