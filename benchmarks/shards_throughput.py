@@ -90,8 +90,15 @@ def throughput(a) -> dict:
                 pass
 
         def run_encode() -> None:  # the tokenizer's share: encode_documents alone, batches as the stage makes them
-            for i in range(0, len(texts), ShardsConfig.batch_docs):
-                tok.encode_documents(texts[i : i + ShardsConfig.batch_docs])
+            batch, chars = [], 0
+            for t in texts:
+                batch.append(t)
+                chars += len(t)
+                if chars >= ShardsConfig.batch_chars or len(batch) >= ShardsConfig.batch_docs:
+                    tok.encode_documents(batch)
+                    batch, chars = [], 0
+            if batch:
+                tok.encode_documents(batch)
 
         def run_shards() -> None:
             main(ShardsConfig(tokenizer=a.tokenizer, inputs=[str(path)], out=str(tmp / name), show=0, force=True))

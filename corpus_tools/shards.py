@@ -2,7 +2,7 @@
 
     korbert shards --tokenizer runs/vocab --inputs corpus/*.jsonl.gz --out runs/shards
 
-Pipeline, streamed in batches of `batch_docs` documents (memory stays flat, however large the
+Pipeline, streamed in batches of `batch_chars` characters (memory stays flat, however large the
 corpus): read (`iter_documents`) -> `clean` -> filters (every skip counted by reason) ->
 `KorBertTokenizer.encode_documents` (ONE Kiwi pass per batch: token ids, sentences, morpheme and
 eojeol units) -> BERT's recipe -> columns appended to the shard being written. Pipelined: Kiwi's
@@ -63,7 +63,7 @@ import json
 import os
 import sys
 import time
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,7 +127,8 @@ class ShardsConfig:
     seed: int = C.field(0, "seed for every random choice")
     num_parts: int = C.field(1, "split the input for a cluster: document i goes to part i %% num_parts")
     part: int = C.field(0, "which part this run builds (0 .. num_parts-1)")
-    batch_docs: int = C.field(256, "documents per Kiwi batch (speed only: the output does not depend on it)")
+    batch_chars: int = C.field(65_536, "characters per Kiwi batch (speed only: the output does not depend on it)")
+    batch_docs: int = C.field(2048, "at most this many documents per Kiwi batch (speed only)")
     force: bool = C.field(False, "rebuild from scratch, discarding what `out` holds")
     replace: bool = C.field(False, "when `out` holds shards made with other options or inputs, rebuild instead of refusing (same options: kept or resumed)")
     show: int = C.field(2, "print this many decoded training instances at the end")
@@ -141,12 +142,15 @@ class ShardsConfig:
 class _Doc:
     """One encoded document: ids int32 [n]; starts: list of sentences + 1 ints, sentence s =
     ids[starts[s]:starts[s+1]]; units int32 [n] (morpheme/eojeol index) or None; eojeol and
-    morpheme int32 [n] (unit indices, non-decreasing: where a one-sentence chunk may be split).
-    may_spell_specials=False: the caller checked that no id is special (but [UNK]) already."""
+    morpheme int32 [n] (unit indices, non-decreasing: where a one-sentence chunk may be split);
+    ecuts: where an eojeol starts, but the first (a list; None until `_word_cut` needs it).
+    may_spell_specials=False: the caller checked that no id is special (but [UNK]) already.
+    cuts: (sentence starts, eojeol starts) after the first, as `_docs` computes them for a whole
+    batch; None: computed here."""
 
-    __slots__ = ("ids", "starts", "sentences", "units", "eojeol", "morpheme", "replaced")
+    __slots__ = ("ids", "starts", "sentences", "units", "eojeol", "morpheme", "replaced", "ecuts")
 
-    def __init__(self, enc: dict, mask_unit: str, may_spell_specials: bool = True):
+    def __init__(self, enc: dict, mask_unit: str, may_spell_specials: bool = True, cuts: tuple[list, list] | None = None):
         ids = enc["ids"]
         self.replaced = 0
         if may_spell_specials and ids.min() <= MASK:  # the text may spell a special token ("[SEP]"): it must not look like structure
@@ -154,12 +158,43 @@ class _Doc:
             self.replaced = int(specials.sum())
             ids = np.where(specials, UNK, ids).astype(np.int32)
         self.ids = ids
-        sent = enc["sentence"]
-        cut = (np.flatnonzero(sent[1:] != sent[:-1]) + 1).tolist() if sent[-1] != sent[0] else []
+        if cuts is None:
+            sent = enc["sentence"]
+            cut = (np.flatnonzero(sent[1:] != sent[:-1]) + 1).tolist() if sent[-1] != sent[0] else []
+            self.ecuts = None
+        else:
+            cut, self.ecuts = cuts
         self.starts = [0, *cut, len(ids)]  # a Python list: the recipe below does scalar work on it
         self.sentences = len(self.starts) - 1
         self.units = None if mask_unit == "token" else enc[mask_unit]
         self.eojeol, self.morpheme = enc["eojeol"], enc["morpheme"]
+
+
+def _docs(encs: list[dict], mask_unit: str, may_spell_specials: bool) -> list[_Doc | None]:
+    """[_Doc(enc, mask_unit, may_spell_specials), or None for a document without tokens] for a
+    batch, with the per-document numpy work (where sentences and eojeols change) done once over
+    the whole batch: on short documents it costs more than the recipe's own choices."""
+    if not encs:
+        return []
+    lens = np.fromiter(map(len, (e["ids"] for e in encs)), np.int64, len(encs))
+    ends = np.cumsum(lens)
+    lo = ends - lens
+    first = np.zeros(int(ends[-1]), dtype=bool)
+    first[lo[lens > 0]] = True
+
+    def changes(name: str) -> tuple[list[int], list[int]]:
+        """Where `name` changes inside a document (positions in it), and each document's range of them."""
+        x = np.concatenate([e[name] for e in encs])
+        at = np.flatnonzero(x[1:] != x[:-1]) + 1
+        at = at[~first[at]]
+        doc = np.searchsorted(ends, at, side="right")
+        return (at - lo[doc]).tolist(), np.searchsorted(doc, np.arange(len(encs) + 1)).tolist()
+
+    (s_at, s_of), (e_at, e_of) = changes("sentence"), changes("eojeol")
+    return [
+        _Doc(enc, mask_unit, may_spell_specials, (s_at[s_of[j] : s_of[j + 1]], e_at[e_of[j] : e_of[j + 1]])) if n else None
+        for j, (enc, n) in enumerate(zip(encs, lens.tolist()))
+    ]
 
 
 def _truncate(la: int, lb: int, max_tokens: int, rng) -> tuple[int, int, int, int]:
@@ -185,10 +220,16 @@ def _word_cut(doc: _Doc, a0: int, a1: int, rng) -> tuple[int, bool] | None:
     morpheme boundary; None when it is a single morpheme ("강추", "ㅋㅋㅋ")."""
     if a1 - a0 < 2:
         return None
-    for units in (doc.eojeol, doc.morpheme):
-        if units[a0] != units[a1 - 1]:  # unit ids never decrease along a document
-            cuts = (units[a0 + 1 : a1] != units[a0 : a1 - 1]).nonzero()[0]
-            return a0 + 1 + int(cuts[int(rng.integers(cuts.size))]), units is doc.morpheme
+    if doc.ecuts is None:
+        e = doc.eojeol
+        doc.ecuts = (np.flatnonzero(e[1:] != e[:-1]) + 1).tolist()
+    lo, hi = bisect_right(doc.ecuts, a0), bisect_left(doc.ecuts, a1)
+    if hi > lo:  # eojeol boundaries inside: pick one
+        return doc.ecuts[lo + int(rng.integers(hi - lo))], False
+    units = doc.morpheme  # unit ids never decrease along a document
+    if units[a0] != units[a1 - 1]:
+        cuts = (units[a0 + 1 : a1] != units[a0 : a1 - 1]).nonzero()[0]
+        return a0 + 1 + int(cuts[int(rng.integers(cuts.size))]), True
     return None
 
 
@@ -406,7 +447,7 @@ def _join(docs: list[_Doc]) -> _Doc:
         n += len(d.ids) + sep
         base += max(int(d.eojeol[-1]), int(d.morpheme[-1]), int(d.units[-1]) if d.units is not None else 0) + 1
     v.ids = np.concatenate(ids)
-    v.starts, v.sentences, v.replaced = starts, len(starts) - 1, 0
+    v.starts, v.sentences, v.replaced, v.ecuts = starts, len(starts) - 1, 0, None
     v.units = np.concatenate(cols["units"]) if cols["units"] else None
     v.eojeol, v.morpheme = np.concatenate(cols["eojeol"]), np.concatenate(cols["morpheme"])
     return v
@@ -574,11 +615,10 @@ class _Chunk:
         specials = bool(encs) and int(np.concatenate([e["ids"] for e in encs]).min(initial=MASK + 1)) <= MASK
         used, sentences, tokens = 0, 0, 0
         uniforms = _uniforms(cfg.seed, np.fromiter((b[0] for b in batch), np.int64, len(batch)), DRAWS).tolist() if batched else None
-        for j, ((g, where, split, _), enc) in enumerate(zip(batch, encs)):
-            if len(enc["ids"]) == 0:
+        for j, ((g, where, split, _), doc) in enumerate(zip(batch, _docs(encs, cfg.mask_unit, specials))):
+            if doc is None:
                 self.skip("no_tokens", where)
                 continue
-            doc = _Doc(enc, cfg.mask_unit, specials)
             used += 1
             sentences += doc.sentences
             tokens += len(doc.ids)
@@ -687,7 +727,7 @@ def _check(cfg: ShardsConfig) -> None:
         (not 0 < cfg.mask_prob < 1, "--mask-prob must be in (0, 1)"),
         (not 0 <= cfg.valid_fraction < 1, "--valid-fraction must be in [0, 1)"),
         (cfg.dupe_factor < 1, "--dupe-factor must be >= 1"),
-        (cfg.docs_per_shard < 1 or cfg.batch_docs < 1, "--docs-per-shard and --batch-docs must be >= 1"),
+        (min(cfg.docs_per_shard, cfg.batch_docs, cfg.batch_chars) < 1, "--docs-per-shard, --batch-docs and --batch-chars must be >= 1"),
         (cfg.num_parts < 1 or not 0 <= cfg.part < cfg.num_parts, f"--part must be in 0..{cfg.num_parts - 1}"),
         (cfg.instances == "packed" and cfg.masking == "static", "--instances packed needs --masking dynamic (static copies are not packed)"),
         (not cfg.nsp and cfg.instances != "packed", "--no-nsp needs --instances packed (a document's instances without NSP: pack them)"),
@@ -811,6 +851,7 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
     _check(cfg)
     t0 = time.time()
     tok, tm = _load_tokenizer(cfg.tokenizer)
+    from korbert.tokenizer import gc_paused
     mcfg = MaskConfig.from_tokenizer(tok, cfg.mask_prob)
     columns = shard_columns(len(tok), cfg.max_seq_len, cfg.masking, cfg.mask_unit != "token")
     files = expand_inputs(cfg.inputs)
@@ -822,7 +863,7 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
         config.pop(k)
     if cfg.masking == "dynamic":
         config["dupe_factor"] = 1
-    ident = {k: v for k, v in config.items() if k != "batch_docs"}
+    ident = {k: v for k, v in config.items() if k not in ("batch_docs", "batch_chars")}
     for k, default in (("instances", "document"), ("nsp", True)):  # options added later: at their defaults the key is as before
         if ident[k] == default:
             del ident[k]
@@ -849,6 +890,7 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
     chunk: _Chunk | None = None
     built = 0
     batch: list[tuple[int, str, str, str]] = []
+    batch_chars = 0
     bar = tqdm(desc=f"shards{f' part {cfg.part}' if cfg.num_parts > 1 else ''}", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
 
     # Pipelined: a full batch goes to Kiwi's threads at once (the one Kiwi pass), and the batch
@@ -856,12 +898,15 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
     pending: list = []  # [(batch, finish)]: at most one batch whose analysis is under way
 
     def flush(drain: bool = False) -> None:
+        nonlocal batch_chars
         if batch:
             pending.append((batch.copy(), tok.encode_documents_async([t for *_, t in batch])))
             batch.clear()
+            batch_chars = 0
         while len(pending) > (0 if drain else 1):
             done, finish_encoding = pending.pop(0)
-            chunk.add(done, finish_encoding())
+            with gc_paused():  # the recipe keeps ~10 small objects per document alive: no collector passes over them
+                chunk.add(done, finish_encoding())
             bar.update(len(done))
             bar.set_postfix_str(f"{stats.bytes / 1e6 / max(time.time() - t0, 1e-9):.2f} MB/s")
 
@@ -902,7 +947,8 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
         else:
             split = "valid" if _is_valid(cfg.seed, g, cfg.valid_fraction) else "train"
             batch.append((g, where, split, text))
-            if len(batch) >= cfg.batch_docs:
+            batch_chars += len(text)
+            if batch_chars >= cfg.batch_chars or len(batch) >= cfg.batch_docs:  # ~1,400 reviews or ~45 petitions
                 flush()
     finish()
     bar.close()

@@ -568,7 +568,7 @@ class KorBertTokenizer(TokenizersBackend):
         with ready words (`_encode_with_backend`)."""
         if kwargs.get("is_split_into_words"):
             raise NotImplementedError("KorBertTokenizer segments raw text itself; pass strings, not word lists")
-        with _gc_paused():
+        with gc_paused():
             fast = self._fast_options(text, text_pair, kwargs)
             if fast is not None:
                 return self._encode_fast(text, kwargs, *fast)
@@ -849,7 +849,7 @@ class KorBertTokenizer(TokenizersBackend):
         analyses = chain.from_iterable(queued)
 
         def finish() -> list[dict]:
-            with _gc_paused():
+            with gc_paused():
                 return self._finish_documents(texts, plans, analyses)
 
         return finish
@@ -964,12 +964,12 @@ _GC_HOLDERS = [0, False]  # calls inside, and whether the collector was on when 
 
 
 @contextmanager
-def _gc_paused():
-    """CPython's cyclic collector off for the duration of an encoding call. A call allocates ~100k
-    small containers that all live until it returns (its output rows, offset tuples): the
-    generational collector then rescans the whole heap again and again (on 20,000 NSMC-R reviews
-    0.55 of the 1.9 CPU-s korbert adds to Kiwi). The call makes no reference cycles; the collector
-    is back on when the last concurrent call leaves."""
+def gc_paused():
+    """CPython's cyclic collector off for the duration of an encoding call (or of the shards stage's
+    recipe on a batch). A call allocates ~100k small containers that all live until it returns
+    (its output rows, offset tuples): the generational collector then rescans the whole heap again
+    and again (on 20,000 NSMC-R reviews 0.55 of the 1.9 CPU-s korbert adds to Kiwi). The code
+    inside makes no reference cycles; the collector is back on when the last concurrent call leaves."""
     with _GC_LOCK:
         if _GC_HOLDERS[0] == 0:
             _GC_HOLDERS[1] = gc.isenabled()
@@ -991,7 +991,7 @@ _PAIRS: list[tuple[int, int]] = []  # (a, a + k) at a * _PAIR_LENGTHS + k, built
 def _offset_pairs(a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
     """list(zip(a.tolist(), b.tolist())), with the tuples of short spans near the start of a text
     taken from one shared table instead of made anew: the same values (tuples are immutable), but
-    ~20 fewer tracked objects per review for the collector to scan when `_gc_paused` ends."""
+    ~20 fewer tracked objects per review for the collector to scan when `gc_paused` ends."""
     global _PAIRS
     k = b - a
     ok = (a < _PAIR_STARTS) & (k >= 0) & (k < _PAIR_LENGTHS)

@@ -514,6 +514,47 @@ def test_build_instances_matches_build_instance_pair_by_pair():
         build_instances([], "uint16", "int8")
 
 
+def test_batch_of_docs_matches_doc_by_doc_and_cuts_alike(petition_encodings, tok):
+    """`_docs` (a batch's per-document numpy work done once) gives every document exactly as `_Doc`
+    alone (an empty one: None), and `_word_cut` picks the same boundary, draw by draw, from its
+    list of eojeol starts as the per-slice numpy search it replaced."""
+    from corpus_tools.shards import _Doc, _docs, _word_cut
+
+    def numpy_cut(doc, a0, a1, rng):  # the reference: the search on the unit arrays themselves
+        if a1 - a0 < 2:
+            return None
+        for units in (doc.eojeol, doc.morpheme):
+            if units[a0] != units[a1 - 1]:
+                cuts = (units[a0 + 1 : a1] != units[a0 : a1 - 1]).nonzero()[0]
+                return a0 + 1 + int(cuts[int(rng.integers(cuts.size))]), units is doc.morpheme
+        return None
+
+    reviews = tok.encode_documents(["강추", "ㅋㅋㅋ 진짜 재밌다. 또 볼래요!", "볼만했지만중간중간엉킴과", "[SEP] 이런 글자도 씁니다"])
+    empty = {k: v[:0] for k, v in reviews[0].items()}
+    encs = reviews[:2] + [empty] + petition_encodings[:30] + reviews[2:]
+    batch = _docs(encs, "morpheme", True)
+    assert batch[2] is None and all(d is not None for i, d in enumerate(batch) if i != 2)
+    rng = np.random.default_rng(0)
+    kinds = set()
+    for enc, d in zip(encs, batch):
+        if d is None:
+            continue
+        alone = _Doc(enc, "morpheme")
+        assert (d.starts, d.sentences, d.replaced) == (alone.starts, alone.sentences, alone.replaced)
+        assert np.array_equal(d.ids, alone.ids) and d.units is enc["morpheme"] and alone.ecuts is None
+        e = enc["eojeol"]
+        assert d.ecuts == [p for p in range(1, len(e)) if e[p] != e[p - 1]]
+        for _ in range(20):
+            a0 = int(rng.integers(0, len(d.ids)))
+            a1 = int(rng.integers(a0, len(d.ids) + 1))
+            seed = int(rng.integers(1 << 30))
+            got = _word_cut(d, a0, a1, np.random.default_rng(seed))
+            assert got == _word_cut(alone, a0, a1, np.random.default_rng(seed)) == numpy_cut(d, a0, a1, np.random.default_rng(seed))
+            kinds.add(None if got is None else got[1])
+        assert alone.ecuts is None or alone.ecuts == d.ecuts  # made on first use (a chunk of 2+ tokens)
+    assert batch[-1].replaced == 1 and kinds == {None, False, True}  # a spelled [SEP]; every kind of cut drawn
+
+
 def test_same_inputs_same_seed_byte_identical(vocab_dir, mixed, tmp_path):
     a = run(vocab_dir, [mixed], tmp_path / "a", docs_per_shard=200)
     b = run(vocab_dir, [mixed], tmp_path / "b", docs_per_shard=200, batch_docs=7)  # batch size is speed only
