@@ -127,7 +127,7 @@ class ShardsConfig:
     seed: int = C.field(0, "seed for every random choice")
     num_parts: int = C.field(1, "split the input for a cluster: document i goes to part i %% num_parts")
     part: int = C.field(0, "which part this run builds (0 .. num_parts-1)")
-    batch_chars: int = C.field(65_536, "characters per Kiwi batch (speed only: the output does not depend on it)")
+    batch_chars: int = C.field(262_144, "characters per Kiwi batch (speed only: the output does not depend on it)")
     batch_docs: int = C.field(2048, "at most this many documents per Kiwi batch (speed only)")
     force: bool = C.field(False, "rebuild from scratch, discarding what `out` holds")
     replace: bool = C.field(False, "when `out` holds shards made with other options or inputs, rebuild instead of refusing (same options: kept or resumed)")
@@ -145,12 +145,12 @@ class _Doc:
     morpheme int32 [n] (unit indices, non-decreasing: where a one-sentence chunk may be split);
     ecuts: where an eojeol starts, but the first (a list; None until `_word_cut` needs it).
     may_spell_specials=False: the caller checked that no id is special (but [UNK]) already.
-    cuts: (sentence starts, eojeol starts) after the first, as `_docs` computes them for a whole
-    batch; None: computed here."""
+    cuts: (sentence starts, eojeol starts or None) after the first, as `_docs` computes them for a
+    whole batch; None: computed here."""
 
     __slots__ = ("ids", "starts", "sentences", "units", "eojeol", "morpheme", "replaced", "ecuts")
 
-    def __init__(self, enc: dict, mask_unit: str, may_spell_specials: bool = True, cuts: tuple[list, list] | None = None):
+    def __init__(self, enc: dict, mask_unit: str, may_spell_specials: bool = True, cuts: tuple[list, list | None] | None = None):
         ids = enc["ids"]
         self.replaced = 0
         if may_spell_specials and ids.min() <= MASK:  # the text may spell a special token ("[SEP]"): it must not look like structure
@@ -172,27 +172,34 @@ class _Doc:
 
 def _docs(encs: list[dict], mask_unit: str, may_spell_specials: bool) -> list[_Doc | None]:
     """[_Doc(enc, mask_unit, may_spell_specials), or None for a document without tokens] for a
-    batch, with the per-document numpy work (where sentences and eojeols change) done once over
-    the whole batch: on short documents it costs more than the recipe's own choices."""
+    batch, with the per-document numpy work done once over the whole batch: where sentences change,
+    and for one-sentence documents (reviews: `_word_cut` needs them all) where eojeols do. On short
+    documents that work costs more than the recipe's own choices."""
     if not encs:
         return []
     lens = np.fromiter(map(len, (e["ids"] for e in encs)), np.int64, len(encs))
     ends = np.cumsum(lens)
     lo = ends - lens
-    first = np.zeros(int(ends[-1]), dtype=bool)
-    first[lo[lens > 0]] = True
+    inner = np.ones(int(ends[-1]), dtype=bool)  # not a document's first token
+    inner[lo[lens > 0]] = False
+    every = np.arange(len(encs) + 1)
 
-    def changes(name: str) -> tuple[list[int], list[int]]:
-        """Where `name` changes inside a document (positions in it), and each document's range of them."""
+    def changes(name: str, keep: np.ndarray | None = None) -> tuple[list[int], list[int]]:
+        """Where `name` changes inside a document (positions in it; only in documents where `keep`),
+        and each document's range of them."""
         x = np.concatenate([e[name] for e in encs])
         at = np.flatnonzero(x[1:] != x[:-1]) + 1
-        at = at[~first[at]]
+        at = at[inner[at]]
         doc = np.searchsorted(ends, at, side="right")
-        return (at - lo[doc]).tolist(), np.searchsorted(doc, np.arange(len(encs) + 1)).tolist()
+        if keep is not None:
+            at, doc = at[keep[doc]], doc[keep[doc]]
+        return (at - lo[doc]).tolist(), np.searchsorted(doc, every).tolist()
 
-    (s_at, s_of), (e_at, e_of) = changes("sentence"), changes("eojeol")
+    s_at, s_of = changes("sentence")
+    e_at, e_of = changes("eojeol", keep=np.diff(s_of) == 0)
     return [
-        _Doc(enc, mask_unit, may_spell_specials, (s_at[s_of[j] : s_of[j + 1]], e_at[e_of[j] : e_of[j + 1]])) if n else None
+        _Doc(enc, mask_unit, may_spell_specials, (s_at[s_of[j] : s_of[j + 1]], e_at[e_of[j] : e_of[j + 1]] if s_of[j] == s_of[j + 1] else None))
+        if n else None
         for j, (enc, n) in enumerate(zip(encs, lens.tolist()))
     ]
 
@@ -948,7 +955,7 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
             split = "valid" if _is_valid(cfg.seed, g, cfg.valid_fraction) else "train"
             batch.append((g, where, split, text))
             batch_chars += len(text)
-            if batch_chars >= cfg.batch_chars or len(batch) >= cfg.batch_docs:  # ~1,400 reviews or ~45 petitions
+            if batch_chars >= cfg.batch_chars or len(batch) >= cfg.batch_docs:  # 2,048 reviews or ~180 petitions
                 flush()
     finish()
     bar.close()
