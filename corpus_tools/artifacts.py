@@ -61,8 +61,8 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 
 def versions() -> dict:
     """Versions of the libraries whose behaviour shapes an artifact: a loaded module's own
-    `__version__`, else the installed package's metadata. Nothing is imported for it (importing
-    torch only to name its version cost the shards and vocab stages ~3 s each)."""
+    `__version__`, else the installed package's metadata. Nothing is imported for it: importing
+    torch only to name its version added ~0.7 s to a shards run that never uses torch."""
     out = {"python": platform.python_version()}
     for mod in ("kiwipiepy", "sentencepiece", "tokenizers", "transformers", "torch"):
         version = getattr(sys.modules.get(mod), "__version__", None)
