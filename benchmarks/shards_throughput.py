@@ -90,11 +90,11 @@ def throughput(a) -> dict:
                 pass
 
         def run_encode() -> None:  # the tokenizer's share: encode_documents alone, batches as the stage makes them
-            batch, chars = [], 0
+            d, batch, chars = ShardsConfig(), [], 0
             for t in texts:
                 batch.append(t)
                 chars += len(t)
-                if chars >= ShardsConfig.batch_chars or len(batch) >= ShardsConfig.batch_docs:
+                if d.batch_full(len(batch), chars):
                     tok.encode_documents(batch)
                     batch, chars = [], 0
             if batch:

@@ -133,6 +133,10 @@ class ShardsConfig:
     replace: bool = C.field(False, "when `out` holds shards made with other options or inputs, rebuild instead of refusing (same options: kept or resumed)")
     show: int = C.field(2, "print this many decoded training instances at the end")
 
+    def batch_full(self, docs: int, chars: int) -> bool:
+        """Whether a batch of this many documents and characters goes to Kiwi (2,048 reviews, ~180 petitions)."""
+        return chars >= self.batch_chars or docs >= self.batch_docs
+
 
 # ---------------------------------------------------------------------------------------------
 # The BERT recipe on token slices
@@ -955,7 +959,7 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
             split = "valid" if _is_valid(cfg.seed, g, cfg.valid_fraction) else "train"
             batch.append((g, where, split, text))
             batch_chars += len(text)
-            if batch_chars >= cfg.batch_chars or len(batch) >= cfg.batch_docs:  # 2,048 reviews or ~180 petitions
+            if cfg.batch_full(len(batch), batch_chars):
                 flush()
     finish()
     bar.close()
