@@ -28,7 +28,7 @@ for what, n, fn in (("small kernel launched", 5000, lambda: x.add_(1)), ("sync (
     torch.cuda.synchronize(); print(f"{what}: {(time.perf_counter() - t) / n * 1e6:.1f} us each")
 PY
 P="python3 -m korbert.cli pretrain --shards $S --model-size small --tokens-per-batch 65536 --pack --lr 1e-3 --device cuda --compile
-   --max-steps 300 --save-every 50 --log-every 25 --eval-every 100 --eval-instances 2000 --num-workers 4"
+   --max-steps 300 --save-every 50 --log-every 25 --eval-every 100 --eval-instances 2000"
 
 echo "== 1+2: compiled bf16 run, killed after its first checkpoint, resumed"
 $P --out "$W/run" > "$O/pretrain-killed.log" 2>&1 &

@@ -32,7 +32,7 @@ korquad() {  # korquad NAME MODEL [--control]
 
 t=$SECONDS
 python3 -m korbert.cli pretrain --shards "$S" --out "$W/pretrain" --model-size small --tokens-per-batch 65536 --pack --lr 5e-4 --warmup 500 \
-  --device cuda --compile --max-steps 0 --max-minutes "$MIN" --eval-every 500 --eval-instances 3000 --log-every 100 --num-workers 6 ${PRETRAIN_ARGS:-} \
+  --device cuda --compile --max-steps 0 --max-minutes "$MIN" --eval-every 500 --eval-instances 3000 --log-every 100 ${PRETRAIN_ARGS:-} \
   > "$O/pretrain.log" 2>&1 &
 pre=$!
 if [ "${CONTROLS:-1}" != 0 ]; then  # the controls need only the architecture: a 1-step export of the same config

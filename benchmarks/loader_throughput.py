@@ -1,12 +1,13 @@
 """What one DataLoader worker of `korbert pretrain` supplies: tokens per second of finished
 global batches (read from the shards, masked, packed, collated), for several checkouts of korbert
-side by side on the same shards (e.g. before and after a change; `git worktree add /tmp/old <commit>`).
+side by side on the same shards (e.g. before and after a change; `git worktree add /tmp/old <commit>`),
+for packed rows (`--pack`) and for one document instance per row.
 
 On a GPU the loop needs (tokens/s of the GPU) / (this number) workers; an H100 ran BERT-small at
 ~1.1M tokens/s with 6 workers (benchmarks/results/recipe-gpu-small-h100.json). Rounds alternate the
 checkouts; the median round is reported, and each checkout's ratio to the first one.
 
-    python benchmarks/loader_throughput.py --shards runs/gpu/shards --checkouts /tmp/old .
+    python benchmarks/loader_throughput.py --shards runs/gpu/shards --checkouts /tmp/old . --names old new
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ print(json.dumps({"tokens": real, "seconds": time.perf_counter() - t, "cpu_secon
 """
 
 
-def one(checkout: str, a) -> dict:
+def one(checkout: str, a, pack: bool) -> dict:
     env = {**os.environ, "PYTHONPATH": str(Path(checkout).resolve()), "OMP_NUM_THREADS": "1"}
-    p = subprocess.run([sys.executable, "-c", WORKER, str(Path(a.shards).resolve()), str(a.tokens_per_batch), "1" if a.pack else "0", str(a.steps)],
+    p = subprocess.run([sys.executable, "-c", WORKER, str(Path(a.shards).resolve()), str(a.tokens_per_batch), "1" if pack else "0", str(a.steps)],
                        cwd=checkout, env=env, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"{checkout}: {p.stderr[-2000:]}")
@@ -55,33 +56,37 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shards", required=True)
     ap.add_argument("--checkouts", nargs="+", default=["."], help="korbert checkouts; the first is the baseline")
+    ap.add_argument("--names", nargs="+", help="a name per checkout for the ratio fields (default: the folder names)")
     ap.add_argument("--tokens-per-batch", type=int, default=65536)
-    ap.add_argument("--pack", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--modes", nargs="+", default=["packed", "document"], choices=["packed", "document"],
+                    help="packed: instances packed into rows of max_seq_len; document: one instance per row (length-sorted)")
     ap.add_argument("--steps", type=int, default=20, help="batches timed per round")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default="benchmarks/results/pretrain-loader-throughput.json")
     a = ap.parse_args()
+    names = a.names or [Path(c).resolve().name for c in a.checkouts]
     load = [os.getloadavg()[0]]
-    runs: dict[str, list[dict]] = {c: [] for c in a.checkouts}
-    for r in range(a.rounds):
-        for c in (a.checkouts if r % 2 == 0 else a.checkouts[::-1]):
-            runs[c].append(one(c, a))
-            print(f"  round {r + 1} {c}: {runs[c][-1]['tokens_per_s']:,.0f} tokens/s", flush=True)
+    med, ratios = {}, {}
+    for mode in a.modes:
+        runs: dict[str, list[dict]] = {c: [] for c in a.checkouts}
+        for r in range(a.rounds):
+            for c in (a.checkouts if r % 2 == 0 else a.checkouts[::-1]):
+                runs[c].append(one(c, a, mode == "packed"))
+                print(f"  {mode} round {r + 1} {c}: {runs[c][-1]['tokens_per_s']:,.0f} tokens/s", flush=True)
+        med[mode] = {n: {k: round(statistics.median(x[k] for x in runs[c])) for k in ("tokens_per_s", "tokens_per_cpu_s")} for n, c in zip(names, a.checkouts)}
+        for n in names[1:]:
+            ratios[f"ratio_{n}_vs_{names[0]}_{mode}"] = round(med[mode][n]["tokens_per_s"] / med[mode][names[0]]["tokens_per_s"], 3)
+        for n in names:
+            print(f"{mode} {n}: {med[mode][n]['tokens_per_s']:,} tokens/s per worker ({med[mode][n]['tokens_per_cpu_s']:,} per CPU-s)")
     load.append(os.getloadavg()[0])
-    med = {c: {k: round(statistics.median(x[k] for x in v)) for k in ("tokens_per_s", "tokens_per_cpu_s")} for c, v in runs.items()}
-    base = a.checkouts[0]
     out = {
-        "stage": "pretrain", "what": "tokens/s one DataLoader worker supplies: shards -> masked, packed, collated global batches",
+        "stage": "pretrain", "what": "tokens/s one DataLoader worker supplies: shards -> masked, collated micro-batches of a token budget",
         "command": "python " + " ".join(sys.argv), "machine": machine(), "load_average_1min_before_after": load,
-        "shards": a.shards, "tokens_per_batch": a.tokens_per_batch, "pack": a.pack, "steps_per_round": a.steps, "rounds": a.rounds,
-        "median": med,
-        **{f"ratio_{Path(c).resolve().name}_vs_{Path(base).resolve().name}": round(med[c]["tokens_per_s"] / med[base]["tokens_per_s"], 3)
-           for c in a.checkouts[1:]},
+        "shards": a.shards, "checkouts": dict(zip(names, a.checkouts)), "tokens_per_batch": a.tokens_per_batch,
+        "steps_per_round": a.steps, "rounds": a.rounds, "median": med, **ratios,
     }
-    for c in a.checkouts:
-        print(f"{c}: {med[c]['tokens_per_s']:,} tokens/s per worker ({med[c]['tokens_per_cpu_s']:,} per CPU-s)")
     atomic_write_json(a.out, out)
-    print(json.dumps({k: v for k, v in out.items() if k.startswith("ratio")}), f"load {load}", f"-> {a.out}")
+    print(json.dumps(ratios), f"load {load}", f"-> {a.out}")
 
 
 if __name__ == "__main__":

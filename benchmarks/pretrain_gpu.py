@@ -2,12 +2,18 @@
 
 On one GPU, for each model size (default BERT-small and BERT-base, sequence length 128, bf16):
 
-  korbert eager / compiled   the real `korbert pretrain` loop (Trainer: DataLoader workers,
-                             --tokens-per-batch packed rows, sparse MLM head, fused AdamW), steady
-                             state read from its log after the compile/warm-up steps
+  korbert eager / compiled / cudagraphs
+                             the real `korbert pretrain` loop (Trainer: DataLoader workers,
+                             --tokens-per-batch packed rows, sparse MLM head, fused AdamW); compiled:
+                             fixed shapes, one graph; cudagraphs: the same + --compile-mode
+                             reduce-overhead. Steady state read from its log after the warm-up steps
   hf eager / compiled        BertForPreTraining as a competent user trains it: length-grouped
-                             batches of --hf-batch rows with dynamic padding, HF's dense head and loss,
-                             bf16 autocast, fused AdamW, TF32; the same shards
+                             batches with dynamic padding, of the same --tokens-per-batch (padded
+                             tokens per step <= the budget), HF's dense head and loss, bf16 autocast,
+                             fused AdamW, TF32; the same shards
+  loader                     what one loader worker makes on this host (tokens/s of finished packed
+                             micro-batches, in this process), and korbert compiled at each of
+                             --worker-sweep DataLoader workers (the first size only)
 
 tokens/s counts real (non-padding) tokens; MFU = model FLOPs (korbert.model.step_flops: encoder on
 real tokens, attention over each instance, the MLM head at the predicted positions) / time / the
@@ -42,26 +48,39 @@ from korbert.pretrain import PretrainConfig, main as pretrain, peak_flops  # noq
 from pretrain_throughput import dense, stats  # noqa: E402
 
 
-def run_korbert(a, size: str, compiled: bool, workdir: Path) -> dict:
-    """The real loop for a.steps steps; the steady state is the last log interval (after compile)."""
+def run_korbert(a, size: str, mode: str, workdir: Path, workers: int) -> dict:
+    """The real loop for a.steps steps (mode: eager, compiled or cudagraphs); the steady state is the
+    last log interval (after compile)."""
     torch._dynamo.reset()  # each configuration compiles (and counts its graphs) from scratch
     if a.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    out = workdir / f"korbert-{size}-{'compiled' if compiled else 'eager'}"
+    out = workdir / f"korbert-{size}-{mode}-{workers}"
     t = time.time()
     third = max(1, a.steps // 3)  # three log intervals; the last one is the steady state
     pretrain(PretrainConfig(
         shards=a.shards, out=str(out), model_size=size, tokens_per_batch=a.tokens_per_batch, pack=True, max_steps=3 * third,
-        log_every=third, eval_every=0, eval_instances=64, save_every=10**9, device=a.device, compile=compiled,
-        lr=1e-4, force=True, num_workers=a.workers,
+        log_every=third, eval_every=0, eval_instances=64, save_every=10**9, device=a.device, compile=mode != "eager",
+        compile_mode="reduce-overhead" if mode == "cudagraphs" else "default", lr=1e-4, force=True, num_workers=workers,
     ))
     last = json.loads((out / "log.jsonl").read_text().splitlines()[-1])
     return {
         "tokens_per_s": last["tokens_per_s"], "mfu": last.get("mfu"), "model_tflops_per_s": last["tflops"], "padding_share": last["padding"],
         "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if a.device == "cuda" else None,
         "compiled_graphs": last.get("compiled_graphs"), "wall_seconds_with_setup": round(time.time() - t, 1),
-        "tokens_per_step": a.tokens_per_batch, "steady_steps": third,
+        "tokens_per_step": a.tokens_per_batch, "steady_steps": third, "workers": workers,
     }
+
+
+def loader_rate(reader, max_len: int, tokens_per_batch: int, n: int = 30) -> float:
+    """Tokens/s of finished packed micro-batches that one loader worker makes on this host."""
+    plan = BatchPlan(instance_lengths(reader), 0, max_len, tokens_per_step=tokens_per_batch, pack=True, buckets=True)
+    ds = PretrainingDataset(reader, 0, pack=True)
+    reqs = [plan(s) for s in range(n + 1)]
+    ds[reqs[0]]  # opens the shard files
+    t, real = time.perf_counter(), 0
+    for q in reqs[1:]:
+        real += ds[q]["counts"][2]
+    return round(real / (time.perf_counter() - t))
 
 
 def run_hf(a, size: str, compiled: bool, batches: list[dict], metas: list[tuple], vocab: int, max_len: int, peak: float | None) -> dict:
@@ -103,7 +122,7 @@ def run_hf(a, size: str, compiled: bool, batches: list[dict], metas: list[tuple]
     return {
         "tokens_per_s": round(tokens / dt, 1), "mfu": round(flops / dt / peak, 4) if peak else None, "model_tflops_per_s": round(flops / dt / 1e12, 4),
         "padding_share": round(1 - tokens / padded, 4), "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
-        "rows_per_step": a.hf_batch, "steady_steps": len(batches) - warm,
+        "real_tokens_per_step": round(tokens / max(1, len(batches) - warm)), "steady_steps": len(batches) - warm,
     }
 
 
@@ -113,8 +132,9 @@ def main() -> None:
     ap.add_argument("--sizes", nargs="+", default=["small", "base"])
     ap.add_argument("--steps", type=int, default=60, help="steps per configuration; the first third warms up (and compiles)")
     ap.add_argument("--tokens-per-batch", type=int, default=65536, help="korbert: tokens per optimizer step, packed rows")
-    ap.add_argument("--hf-batch", type=int, default=256, help="transformers: rows per step, length-grouped, dynamic padding")
-    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--workers", type=int, default=-1, help="DataLoader workers of the korbert runs (-1: korbert's default)")
+    ap.add_argument("--worker-sweep", type=int, nargs="*", default=[1, 2], help="also run the first size compiled with these worker counts")
+    ap.add_argument("--modes", nargs="+", default=["eager", "compiled", "cudagraphs"], choices=["eager", "compiled", "cudagraphs"])
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--max-seconds", type=float, default=450, help="skip the configurations left when this much time has passed")
     ap.add_argument("--out", default="benchmarks/results/pretrain-gpu-throughput.json")
@@ -128,7 +148,8 @@ def main() -> None:
     reader = open_shards(a.shards, verify=False)
     max_len, vocab = reader.manifest["config"]["max_seq_len"], reader.manifest["mask_config"]["random_high"]
     ds = PretrainingDataset(reader, seed=0)
-    plan = BatchPlan(instance_lengths(reader), 0, max_len, rows_per_step=a.hf_batch)
+    # transformers' batches: length-sorted rows, dynamic padding, the same token budget per step as korbert's
+    plan = BatchPlan(instance_lengths(reader), 0, max_len, tokens_per_step=a.tokens_per_batch)
     grouped = [ds[plan(s)] for s in range(a.steps)]
     hf_batches = [dense(b) for b in grouped]
     if a.device == "cuda":
@@ -136,27 +157,28 @@ def main() -> None:
     metas = [stats(b) for b in grouped]
     print(f"{name} (bf16 peak {peak / 1e12 if peak else float('nan'):.0f} TFLOP/s); shards {a.shards}: {len(reader)} instances, vocab {vocab}", flush=True)
     results, skipped = {}, []
+    loader = {"one_worker_tokens_per_s": loader_rate(reader, max_len, a.tokens_per_batch), "cpu_cores": len(os.sched_getaffinity(0))}
+    print(f"loader: {loader['one_worker_tokens_per_s']:,} tokens/s per worker on this host ({loader['cpu_cores']} cores)", flush=True)
 
     def write(partial: bool) -> None:  # after every configuration: a run cut short keeps what it measured
         out = {
             "stage": "pretrain", "what": "GPU pretraining throughput (bf16, seq 128): korbert pretrain vs transformers BertForPreTraining",
             "command": "python " + " ".join(sys.argv), "machine": machine(), "device": name, "peak_bf16_flops": peak, "torch": torch.__version__,
-            "shards": a.shards, "max_seq_len": max_len, "vocab_size": vocab, "results": results, "skipped": skipped, "partial": partial,
+            "shards": a.shards, "max_seq_len": max_len, "vocab_size": vocab, "tokens_per_step": a.tokens_per_batch, "loader": loader,
+            "results": results, "skipped": skipped, "partial": partial,
             "seconds": round(time.time() - t0, 1),
-            **{f"ratio_korbert_vs_hf_{k}_{s}": r[f"ratio_korbert_vs_hf_{k}"] for s, r in results.items() for k in ("eager", "compiled")
-               if f"ratio_korbert_vs_hf_{k}" in r},
+            **{f"{k}_{s}": v for s, r in results.items() for k, v in r.items() if k.startswith("ratio")},
         }
         atomic_write_json(a.out, out)
 
     with tempfile.TemporaryDirectory() as tmp:
         for size in a.sizes:
             res = {}
-            for label, fn in (
-                ("korbert_eager", lambda: run_korbert(a, size, False, Path(tmp))),
-                ("korbert_compiled", lambda: run_korbert(a, size, True, Path(tmp))),
-                ("hf_eager", lambda: run_hf(a, size, False, hf_batches, metas, vocab, max_len, peak)),
-                ("hf_compiled", lambda: run_hf(a, size, True, hf_batches, metas, vocab, max_len, peak)),
-            ):
+            runs = [(f"korbert_{m}", lambda m=m: run_korbert(a, size, m, Path(tmp), a.workers)) for m in a.modes]
+            runs += [(f"hf_{m}", lambda m=m: run_hf(a, size, m == "compiled", hf_batches, metas, vocab, max_len, peak)) for m in ("eager", "compiled")]
+            if size == a.sizes[0]:
+                runs += [(f"korbert_compiled_workers{w}", lambda w=w: run_korbert(a, size, "compiled", Path(tmp), w)) for w in a.worker_sweep]
+            for label, fn in runs:
                 if time.time() - t0 > a.max_seconds:
                     skipped.append(f"{size}/{label}")
                     continue
@@ -165,9 +187,10 @@ def main() -> None:
                 mfu = f", MFU {r['mfu']:.1%}" if r.get("mfu") is not None else ""
                 mem = f", peak {r['peak_memory_gb']} GB" if r.get("peak_memory_gb") is not None else ""
                 print(f"BERT-{size} {label}: {r['tokens_per_s']:,.0f} tok/s{mfu}{mem} ({time.time() - t0:.0f} s so far)", flush=True)
-                for k in ("eager", "compiled"):
-                    if f"korbert_{k}" in res and f"hf_{k}" in res:
-                        res[f"ratio_korbert_vs_hf_{k}"] = round(res[f"korbert_{k}"]["tokens_per_s"] / res[f"hf_{k}"]["tokens_per_s"], 3)
+                for k in ("eager", "compiled", "cudagraphs"):  # each against transformers' eager (its usual form) and compiled
+                    for base in ("eager", "compiled"):
+                        if f"korbert_{k}" in res and f"hf_{base}" in res:
+                            res[f"ratio_korbert_{k}_vs_hf_{base}"] = round(res[f"korbert_{k}"]["tokens_per_s"] / res[f"hf_{base}"]["tokens_per_s"], 3)
                 results[size] = res
                 write(partial=True)
     write(partial=False)

@@ -288,6 +288,43 @@ class ShardReader:
             item["unit_ids"] = np.asarray(cols["units"][a:b])
         return item
 
+    def gather(self, index: np.ndarray) -> dict:
+        """The instances `index` (int [n], global in the split) laid end to end, a few fancy-index reads
+        per shard: {"lengths": int64 [n], "b_start": int64 [n], "nsp": int64 [n], "input_ids": [T] (the
+        tokens column's dtype), and "labels" int32 [T] (static) or "unit_ids" [T] (dynamic, by unit)}."""
+        index = np.asarray(index, np.int64)
+        n = len(index)
+        if n == 0 or not (0 <= int(index.min()) and int(index.max()) < len(self)):
+            raise IndexError(f"{n} instances: none, or out of range ({len(self)} {self.split} instances)")
+        shard = np.searchsorted(self.ends, index, side="right")
+        local = index - np.where(shard > 0, self.ends[np.maximum(shard - 1, 0)], 0)
+        present = np.unique(shard).tolist()
+        one = len(present) == 1  # the common case: no selection per shard
+        src = np.empty(n, np.int64)  # each instance's first token in its shard
+        out = {"lengths": np.empty(n, np.int64), "b_start": np.empty(n, np.int64), "nsp": np.empty(n, np.int64)}
+        for k in present:
+            cols, sel = self._columns(k), slice(None) if one else shard == k
+            j = local[sel]
+            src[sel] = cols["offsets"][j]
+            out["lengths"][sel] = cols["offsets"][j + 1] - src[sel]
+            out["b_start"][sel], out["nsp"][sel] = cols["b_start"][j], cols["nsp"][j]
+        lengths = out["lengths"]
+        flat = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(src - (np.cumsum(lengths) - lengths), lengths)
+        tok_shard = None if one else np.repeat(shard, lengths)
+        first = self._columns(present[0])
+        for col, name in (("tokens", "input_ids"), ("labels", "labels"), ("units", "unit_ids")):
+            if col not in first:
+                continue
+            if one:
+                out[name] = first[col][flat]
+                continue
+            vals = np.empty(len(flat), first[col].dtype)
+            for k in present:
+                sel = tok_shard == k
+                vals[sel] = self._columns(k)[col][flat[sel]]
+            out[name] = vals
+        return out
+
     def masked(self, i: int, rng: np.random.Generator) -> dict:
         """Instance i with input_ids/labels ready for the MLM loss: stored masks (static) or a fresh
         draw of `mask_tokens` (dynamic: call every epoch with a new rng)."""
@@ -315,13 +352,21 @@ def open_shards(folder: str | os.PathLike, tokenizer_hash: str | None = None, sp
         )
     if split not in m["shards"]:
         raise ValueError(f"{folder}: no split {split!r} (have {', '.join(m['shards'])})")
-    if verify:
-        for s in m["shards"][split]:
-            for name, digest in s["files"].items():
-                path = folder / Path(s["path"]).parent / name
-                if sha256_file(path) != digest:
-                    raise ValueError(f"{path}: sha256 differs from manifest.json (corrupt or edited)")
+    if verify and (bad := verify_shards(folder, m, split)):
+        raise ValueError(bad[0])
     return ShardReader(folder, m, split)
+
+
+def verify_shards(folder: str | os.PathLike, manifest: dict, split: str, rank: int = 0, world: int = 1) -> list[str]:
+    """Hash this process's share of a split's files against the manifest: shard k's files when
+    k % world == rank, so N ranks each read 1/N of the bytes. -> one message per file that differs."""
+    folder, bad = Path(folder), []
+    for s in manifest["shards"][split][rank::world]:
+        for name, digest in s["files"].items():
+            path = folder / Path(s["path"]).parent / name
+            if sha256_file(path) != digest:
+                bad.append(f"{path}: sha256 differs from manifest.json (corrupt or edited)")
+    return bad
 
 
 def _tokenizer_dir(folder: Path) -> Path:

@@ -16,14 +16,16 @@ batches are shuffled. So:
 - resume is exact: the data position is just the step number;
 - 1 process with batch 2b and 2 processes with batch b see the same global batches;
 - an instance's mask depends only on (seed, epoch, index) (dynamic masking: a fresh draw each
-  epoch), never on batch size, packing, workers or rank.
+  epoch; `korbert.masking`), never on batch size, packing, workers or rank.
 
-The collated batch carries what the model needs as indices (`mlm_positions`, `nsp_positions`:
-flat positions in the R x T batch) and the counts the loss is normalized by (`counts`), all made
-on the CPU, so the training step never waits on the GPU to learn a shape or a count. With
-`buckets` (for torch.compile) the padded length and the number of rows are rounded up to a
-few fixed sizes (padding rows are empty), so the compiler sees a handful of shapes; the lengths
-of the index lists are left to the compiler as dynamic sizes (korbert.pretrain marks them).
+A loader worker turns one micro-batch request into tensors with whole-array numpy operations
+(`make_batch`): no per-instance Python. The batch carries what the model needs as indices
+(`mlm_positions`, `nsp_positions`: flat positions in the R x T batch) and the counts the loss is
+normalized by (`counts`), all made on the CPU, so the training step never waits on the GPU to learn
+a shape or a count. With `buckets` (for torch.compile) the padded length and the number of rows are
+rounded up to a few fixed sizes (padding rows are empty), so the compiler sees a handful of shapes;
+the lengths of the index lists are dynamic sizes (korbert.pretrain marks them), or, with `fixed`
+counts (`fixed_counts`), padded to one size: one shape, one graph, CUDA graphs possible.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import numpy as np
 import torch
 
 from corpus_tools.shard_format import IGNORE, ShardReader
+from korbert.masking import EVAL_EPOCH, instance_keys, mask_batch
 
 
 def instance_lengths(reader: ShardReader) -> np.ndarray:
@@ -49,23 +52,49 @@ def length_bucket(n: int, cap: int) -> int:
     return min(b, cap)
 
 
-def pack_rows(instances: np.ndarray, lengths: np.ndarray, capacity: int) -> list[list[int]]:
-    """Best fit decreasing: rows of instances whose lengths add up to <= capacity. Longest first;
-    each goes into the open row with the least room that still holds it, else a new row."""
-    rows: list[list[int]] = []
-    by_room: list[list[int]] = [[] for _ in range(capacity + 1)]  # room -> rows with that much room left
+def pack_rows(instances: np.ndarray, lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """Best fit decreasing: rows of instances whose lengths add up to <= capacity. Longest first; each
+    goes into the open row with the least room that still holds it (the last one opened or filled at
+    that room), else a new row. -> (items: the instances row by row, sizes: instances per row).
+
+    Done a run of equal lengths at a time, not an instance at a time: while the rows with the least
+    room r >= n last, each takes r // n instances of length n in turn (best fit keeps filling a row
+    until less than n is left), so the loop runs over (length, room) pairs, not instances."""
     order = instances[np.argsort(-lengths[instances], kind="stable")]
-    for i, n in zip(order.tolist(), lengths[order].tolist()):
-        for room in range(n, capacity + 1):
-            if by_room[room]:
-                r = by_room[room].pop()
-                break
-        else:
-            r, room = len(rows), capacity
-            rows.append([])
-        rows[r].append(i)
-        by_room[room - n].append(r)
-    return rows
+    lens = lengths[order]
+    row_of = np.empty(len(order), np.int64)
+    by_room: list[list[int]] = [[] for _ in range(capacity + 1)]  # room -> rows with that much room left, last used last
+    have = np.zeros(capacity + 1, np.int64)  # len(by_room[room]), for the search
+    n_rows, pos = 0, 0
+    for end in [*(np.flatnonzero(np.diff(lens)) + 1).tolist(), len(order)]:
+        n = int(lens[pos])
+        while pos < end:
+            c = end - pos
+            fit = np.flatnonzero(have[n:])
+            if fit.size:
+                room = n + int(fit[0])
+                q = room // n
+                k = min(int(have[room]), -(-c // q))
+                stack = by_room[room]
+                rows = stack[len(stack) - k :][::-1]  # the rows best fit would pop, in its order
+                del stack[len(stack) - k :]
+                have[room] -= k
+            else:
+                room, q = capacity, capacity // n
+                k = -(-c // q)
+                rows = list(range(n_rows, n_rows + k))
+                n_rows += k
+            m = min(c, k * q)
+            row_of[pos : pos + m] = np.asarray(rows, np.int64)[np.arange(m) // q]
+            full, rem = divmod(m, q)
+            by_room[room - q * n].extend(rows[:full])
+            have[room - q * n] += full
+            if rem:
+                by_room[room - rem * n].append(rows[full])
+                have[room - rem * n] += 1
+            pos += m
+    by_row = np.argsort(row_of, kind="stable")
+    return order[by_row], np.bincount(row_of, minlength=n_rows)
 
 
 class BatchPlan:
@@ -113,9 +142,9 @@ class BatchPlan:
         for i in range(0, len(order), self.mega):
             chunk = order[i : i + self.mega]
             if self.pack:
-                rows = pack_rows(chunk, self.lengths, self.max_len)
-                items.append(np.asarray([i for r in rows for i in r], np.int64))
-                sizes.append(np.asarray([len(r) for r in rows], np.int64))
+                chunk_items, chunk_sizes = pack_rows(chunk, self.lengths, self.max_len)
+                items.append(chunk_items)
+                sizes.append(chunk_sizes)
             else:
                 items.append(chunk[np.argsort(self.lengths[chunk], kind="stable")])  # one instance per row
                 sizes.append(np.ones(len(chunk), np.int64))
@@ -199,60 +228,97 @@ def micro_batches(rows: list, world: int, rank: int, accum: int) -> list[list]:
 
 
 class PretrainingDataset(torch.utils.data.Dataset):
-    """Item = one micro-batch, collated: the DataLoader's workers read, mask and collate whole
-    batches. Requests are (epoch, rows, padded length); the sampler below yields them."""
+    """Item = one micro-batch, finished: the DataLoader's workers read, mask and collate whole
+    batches (`make_batch`). Requests are (epoch, rows, padded length); the sampler below yields them.
+    `fixed`: (masked tokens, instances) entries per micro-batch under fixed shapes (`fixed_counts`)."""
 
-    def __init__(self, reader: ShardReader, seed: int, pack: bool = False, nsp: bool = True):
-        self.reader, self.seed, self.pack, self.nsp = reader, seed, pack, nsp
+    def __init__(self, reader: ShardReader, seed: int, pack: bool = False, nsp: bool = True, fixed: tuple[int, int] | None = None):
+        self.reader, self.seed, self.pack, self.nsp, self.fixed = reader, seed, pack, nsp, fixed
 
     def __len__(self) -> int:
         return len(self.reader)
 
-    def instance(self, epoch: int, i: int) -> dict:
-        # static shards: the stored mask; dynamic: the mask of instance i in this epoch
-        return self.reader.masked(int(i), np.random.default_rng([self.seed, epoch, int(i)]))
-
     def __getitem__(self, request: tuple[int, list[np.ndarray], int]) -> dict:
         epoch, rows, length = request
-        return collate([[self.instance(epoch, i) for i in row.tolist()] for row in rows], length, self.pack, self.nsp)
+        return make_batch(self.reader, rows, length, seed=self.seed, epoch=epoch, packed=self.pack, nsp=self.nsp, fixed=self.fixed)
 
 
-def collate(rows: list[list[dict]], length: int | None = None, packed: bool | None = None, nsp: bool = True) -> dict:
-    """Rows of instances (masked: input_ids, token_type_ids, labels, next_sentence_label) -> int64 tensors:
+def make_batch(
+    reader: ShardReader, rows: list[np.ndarray], length: int | None = None, *, seed: int, epoch: int,
+    packed: bool | None = None, nsp: bool = True, fixed: tuple[int, int] | None = None,
+) -> dict:
+    """Rows of instance indices (empty arrays: padding rows) -> the model's int64 tensors, with whole-
+    array numpy operations: one gather per shard, one masking call (`korbert.masking.mask_batch`:
+    instance i of this epoch gets the same mask in any batch; static shards: their stored masks).
 
     input_ids, token_type_ids, position_ids, segments   (R, T)  segments: 1, 2, ... per instance in its row, 0 = padding
     mlm_positions, mlm_labels                           (M,)    flat positions r*T+t of the tokens to predict; labels -100 = padding
-    nsp_positions, nsp_labels                           (N,)    flat positions of each instance's [CLS]; its IsNext label
+    nsp_positions, nsp_labels                           (N,)    flat positions of each instance's [CLS]; its IsNext label (-100: none)
     counts: (predicted tokens, instances, non-padding tokens) as Python ints (never a device read)
     packed: whether rows may hold several instances (default: whether any does); a Python bool
-    T = length (default: the longest row)."""
-    n_rows = len(rows)
-    t = length or max([sum(len(it["input_ids"]) for it in row) for row in rows] + [1])
-    ids, tt, pos, seg = (np.zeros((n_rows, t), np.int64) for _ in range(4))
-    mlm_pos, mlm_lab, nsp_pos, nsp_lab = [], [], [], []
-    tokens = 0
-    for r, row in enumerate(rows):
-        c = 0
-        for k, it in enumerate(row):
-            n = len(it["input_ids"])
-            ids[r, c : c + n] = it["input_ids"]
-            tt[r, c : c + n] = it["token_type_ids"]
-            pos[r, c : c + n] = np.arange(n)
-            seg[r, c : c + n] = k + 1
-            where = np.flatnonzero(it["labels"] != IGNORE)
-            mlm_pos.append(r * t + c + where)
-            mlm_lab.append(np.asarray(it["labels"])[where])
-            nsp_pos.append(r * t + c)
-            nsp_lab.append(it["next_sentence_label"] if nsp else IGNORE)  # MLM only: no NSP loss
-            c += n
-        tokens += c
-    mlm_pos_a = np.concatenate(mlm_pos).astype(np.int64) if mlm_pos else np.zeros(0, np.int64)
-    mlm_lab_a = np.concatenate(mlm_lab).astype(np.int64) if mlm_lab else np.zeros(0, np.int64)
-    nsp_pos_a, nsp_lab_a = np.asarray(nsp_pos, np.int64), np.asarray(nsp_lab, np.int64)
-    out = {"input_ids": ids, "token_type_ids": tt, "position_ids": pos, "segments": seg, "mlm_positions": mlm_pos_a,
-           "mlm_labels": mlm_lab_a, "nsp_positions": nsp_pos_a, "nsp_labels": nsp_lab_a}
-    packed = any(len(row) > 1 for row in rows) if packed is None else packed
-    return {**{k: torch.from_numpy(v) for k, v in out.items()}, "counts": (len(mlm_pos_a), len(nsp_pos_a), tokens), "packed": packed}
+    T = length (default: the longest row). `fixed` = (M, N): the two lists are padded to these sizes
+    (entries with label -100 at position 0, which carry no loss), so every batch has one shape; a
+    batch that needs more gets the next multiple of 64 (a second shape, never a dropped token)."""
+    counts = np.fromiter((len(r) for r in rows), np.int64, len(rows))
+    index = np.concatenate([np.asarray(r, np.int64) for r in rows]) if counts.sum() else np.zeros(0, np.int64)
+    n_rows, n = len(rows), len(index)
+    g = reader.gather(index) if n else {"lengths": np.zeros(0, np.int64), "b_start": np.zeros(0, np.int64), "nsp": np.zeros(0, np.int64), "input_ids": np.zeros(0, np.int64)}
+    lens = g["lengths"]
+    first_tok = np.cumsum(lens) - lens  # [n] each instance's first token in the flat list
+    row_of = np.repeat(np.arange(n_rows), counts)  # [n]
+    row_first = (np.cumsum(counts) - counts)[row_of]  # [n] the first instance of its row
+    row_tokens = np.bincount(row_of, weights=lens, minlength=n_rows).astype(np.int64) if n else np.zeros(n_rows, np.int64)
+    t = length or max(int(row_tokens.max()) if n_rows else 1, 1)
+    starts = row_of * t + first_tok - first_tok[row_first]  # [n] flat position of each [CLS] in R x T
+    total = int(lens.sum())
+    pos = np.arange(total, dtype=np.int64) - np.repeat(first_tok, lens)  # [total] position within its instance
+    dest = np.repeat(starts, lens) + pos  # [total] flat position in R x T
+
+    if "labels" in g:  # static shards: inputs and labels as written
+        inputs, predict = g["input_ids"].astype(np.int64), g["labels"] != IGNORE
+        targets = g["labels"][predict].astype(np.int64)
+    elif n:
+        ids = g["input_ids"]
+        inputs, predict = mask_batch(ids, lens, instance_keys(seed, epoch, index), g.get("unit_ids"), reader.mask_config)
+        targets = ids[predict].astype(np.int64)
+    else:
+        inputs, predict, targets = np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.int64)
+    cols = {c: np.zeros(n_rows * t, np.int64) for c in ("input_ids", "token_type_ids", "position_ids", "segments")}
+    cols["input_ids"][dest] = inputs
+    cols["token_type_ids"][dest] = pos >= np.repeat(g["b_start"], lens)
+    cols["position_ids"][dest] = pos
+    cols["segments"][dest] = np.repeat(np.arange(n) - row_first + 1, lens)
+    out = {k: v.reshape(n_rows, t) for k, v in cols.items()}
+    out["mlm_positions"], out["mlm_labels"] = dest[predict], targets
+    out["nsp_positions"], out["nsp_labels"] = starts, g["nsp"] if nsp else np.full(n, IGNORE, np.int64)
+    m = len(targets)
+    if fixed is not None:
+        for (p, lab), size in zip((("mlm_positions", "mlm_labels"), ("nsp_positions", "nsp_labels")), fixed):
+            have = len(out[p])
+            want = size if have <= size else -(-have // 64) * 64
+            out[p] = np.concatenate((out[p], np.zeros(want - have, np.int64)))
+            out[lab] = np.concatenate((out[lab].astype(np.int64), np.full(want - have, IGNORE, np.int64)))
+    packed = bool((counts > 1).any()) if packed is None else packed
+    return {**{k: torch.from_numpy(np.ascontiguousarray(v, np.int64)) for k, v in out.items()}, "counts": (m, n, total), "packed": packed}
+
+
+def fixed_counts(plan: "BatchPlan", mask_prob: float, parts: int, margin: float = 0.02) -> tuple[int, int]:
+    """(masked tokens, instances) per micro-batch that hold every micro-batch of epoch 0, from the plan
+    alone: an instance of L tokens predicts at most max(1, round(mask_prob x (L - 2))) (all but [CLS] and
+    one [SEP] maskable), plus `margin` of that and a multiple of 64, so later epochs (other packings)
+    fit too as a rule (`make_batch` grows a list that does not: a second graph, no lost token)."""
+    items, row_ptr, _, batches = plan._epoch(0)
+    bound = np.maximum(1, np.rint(mask_prob * np.maximum(plan.lengths - 2, 0))).astype(np.int64)
+    row_mask = np.add.reduceat(bound[items], row_ptr[:-1]) if len(items) else np.zeros(0, np.int64)
+    row_inst = np.diff(row_ptr)
+    ids = np.stack(batches)  # [batches, rows]: rows_fixed rows each (fixed shapes need a fixed row count)
+    per = ids.shape[1] // parts
+    mb = ids.reshape(-1, per)
+    real = mb >= 0
+    m = np.where(real, row_mask[np.maximum(mb, 0)], 0).sum(1).max()
+    k = np.where(real, row_inst[np.maximum(mb, 0)], 0).sum(1).max()
+    up = lambda x: int(-(-int(x * (1 + margin)) // 64) * 64)  # noqa: E731
+    return up(m), up(k)
 
 
 class StepSampler(torch.utils.data.Sampler):
@@ -272,9 +338,12 @@ class StepSampler(torch.utils.data.Sampler):
 
 
 def eval_batches(reader: ShardReader, n: int, batch_size: int, seed: int, nsp: bool = True) -> list[dict]:
-    """A fixed held-out set: the first n instances of the split with one fixed mask draw, one per
-    row, in length-sorted batches (so the held-out numbers are comparable across steps and runs)."""
+    """A fixed held-out set: the first n instances of the split with one fixed mask draw (epoch key
+    EVAL_EPOCH), one per row, in length-sorted batches (so the held-out numbers are comparable
+    across steps and runs)."""
     n = min(n, len(reader))
-    items = [reader.masked(i, np.random.default_rng([seed, 0x7661, i])) for i in range(n)]
-    items.sort(key=lambda it: len(it["input_ids"]))
-    return [collate([[it] for it in items[i : i + batch_size]], nsp=nsp) for i in range(0, len(items), batch_size)]
+    order = np.argsort(reader.gather(np.arange(n))["lengths"], kind="stable") if n else np.zeros(0, np.int64)
+    return [
+        make_batch(reader, [np.array([i]) for i in order[j : j + batch_size]], seed=seed, epoch=EVAL_EPOCH, packed=False, nsp=nsp)
+        for j in range(0, n, batch_size)
+    ]

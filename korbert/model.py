@@ -67,7 +67,7 @@ class KorBertForPreTraining(BertForPreTraining):
 
     `forward` is the parent's (dense logits, for inspection and for the equivalence checks);
     the training loop calls `pretraining_forward` through `__call__` with `sparse=True` and a batch
-    from `korbert.data.collate`."""
+    from `korbert.data.make_batch`."""
 
     def forward(self, *args, sparse: bool = False, **kw):
         if not sparse:

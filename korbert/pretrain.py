@@ -17,10 +17,12 @@ loop of `step()` (one optimizer step) and `interval()` (log, held-out eval, chec
 
 Every global batch (see korbert/data.py) is one optimizer step; the losses are normalized by the
 global number of predicted tokens / pairs, so 1 process with batch 2b and 2 processes with batch b
-make the same update. The step never waits on the GPU: shapes and counts come from the CPU-side
+make the same update. The step does not wait on the GPU: shapes and counts come from the CPU-side
 collate, the normalizers stay on the device, and ranks agree on one clock (rank 0's training time,
-carried by the step's all-reduce), so progress, learning rate and the stop are the same everywhere.
-Only log steps read values back from the device.
+carried by the step's all-reduce and read one step later: `AgreedClock`), so progress, learning
+rate and the stop are the same everywhere. With several ranks a step waits only for the previous
+step's all-reduce, which has arrived unless the host runs more than a step ahead of the GPU. Only
+log steps read values back from the device.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import numpy as np
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, cpuinfo, read_manifest, write_manifest
 from corpus_tools.text import InputError
+from korbert.masking import MASKING_VERSION
 
 FORMAT_VERSION = 1
 # bf16 dense peak, FLOP/s, by a substring of torch.cuda.get_device_name(); the first match wins
@@ -95,7 +98,14 @@ class PretrainConfig:
         "elsewhere, where bf16 is emulated and slower", choices=["auto", "bf16", "fp32"],
     )
     compile: bool = C.field(False, "torch.compile the model; batch shapes are rounded to a few buckets so it compiles a handful of graphs")
-    num_workers: int = C.field(-1, "DataLoader worker processes (-1: 4 per GPU, 1 on CPU)")
+    fixed_shapes: str = C.field(
+        "auto", "on: every micro-batch has one shape (packed rows of max_seq_len, the predicted-token and [CLS] lists padded "
+        "to counts from the batch plan), so --compile makes one graph (fullgraph, static shapes) and CUDA graphs become "
+        "possible (--compile-mode reduce-overhead); needs --pack and --tokens-per-batch; auto: on with --compile --pack",
+        choices=["auto", "on", "off"],
+    )
+    compile_mode: str = C.field("default", "torch.compile mode; reduce-overhead: CUDA graphs (needs fixed shapes)", choices=["default", "reduce-overhead", "max-autotune"])
+    num_workers: int = C.field(-1, "DataLoader worker processes per process (-1: the CPU cores / processes on this machine, minus 1)")
     resume: bool = C.field(True, "continue from out/ckpt.pt when it holds this same run")
     force: bool = C.field(False, "discard what `out` holds and start over")
     replace: bool = C.field(False, "when `out` holds a run with other settings, start over instead of refusing (same settings: resumed)")
@@ -119,14 +129,16 @@ def _overrides(items: list[str]) -> dict:
     return out
 
 
-def lr_at(step: int, progress: float, cfg: PretrainConfig, steps_hint: int | None) -> float:
+def lr_at(step: int, progress: float, cfg: PretrainConfig, steps_hint: int | None, warm_end: float | None = None) -> float:
     """Peak lr x warmup/decay factor before optimizer step `step` at `progress` in [0, 1] of the budget.
 
     Warmup in steps (--warmup >= 1) counts steps, whatever the budget; the decay then runs from
-    where warmup ends (as a share of the budget, when the budget says how many steps it holds) to 0."""
+    where warmup ended to 0: warmup / steps when the budget says how many steps it holds, else the
+    progress at the step warmup ended (`warm_end`, which the loop records; None: this is that step).
+    So the peak is reached and the decay starts from it, with no drop at the end of warmup."""
     if cfg.warmup >= 1:
         warm = step / cfg.warmup
-        w = min(cfg.warmup / steps_hint, 0.5) if steps_hint else 0.0
+        w = min(cfg.warmup / steps_hint, 0.5) if steps_hint else (progress if warm_end is None else warm_end)
     else:
         warm = progress / cfg.warmup if cfg.warmup > 0 else 1.0
         w = cfg.warmup
@@ -190,6 +202,13 @@ class _Dist:
             dist.destroy_process_group()
 
 
+def default_workers() -> int:
+    """DataLoader workers per process when not given: the CPU cores this process may use, shared by the
+    processes of this machine (torchrun's LOCAL_WORLD_SIZE), less one for the training process itself."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(0, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")) - 1)
+
+
 def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX-BF16, read from /proc/cpuinfo).
     Elsewhere torch emulates bf16 matmuls, slower than fp32."""
@@ -204,8 +223,10 @@ def resolve_precision(want: str, cuda: bool) -> str:
 
 
 def _run_key(cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int, precision: str, cuda: bool) -> str:
-    ident = {k: v for k, v in C.to_dict(cfg).items() if k not in ("out", "device", "compile", "num_workers", "resume", "force", "replace", "log_every", "save_every")}
+    speed_only = ("out", "device", "compile", "compile_mode", "fixed_shapes", "num_workers", "resume", "force", "replace", "log_every", "save_every")
+    ident = {k: v for k, v in C.to_dict(cfg).items() if k not in speed_only}
     ident["precision"] = precision  # what runs, not what was asked ("auto")
+    ident["masking"] = MASKING_VERSION  # masks drawn another way: not the same run (never resumed across)
     for k, default in (("objective", "mlm+nsp"), ("mask_prob", 0.0), ("precision", "bf16" if cuda else "fp32")):
         if ident[k] == default:  # options added later: at their defaults (CUDA's bf16, CPU's fp32 before) the key is as before
             del ident[k]
@@ -230,6 +251,27 @@ def _set_rng_state(state: dict, device) -> None:
     np.random.set_state(state["numpy"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
+
+
+class AgreedClock:
+    """Rank 0's training time as every rank sees it, one step late: the clock carried by step s's
+    all-reduce is read at step s + 1, when it has long arrived, so no rank waits on the step it just
+    queued (a host hiccup on one rank would otherwise stall every GPU). All ranks read the same
+    values, so they agree on progress, learning rate and the stop."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.pending = seconds, None
+
+    def push(self, value, event) -> float:
+        """value: this step's clock (a CPU tensor, maybe still in flight); event: a CUDA event recorded
+        after its copy (None: it is there). -> the previous step's clock."""
+        if self.pending is not None:
+            before, done = self.pending
+            if done is not None:
+                done.synchronize()  # the previous step's copy: finished unless the host is a step ahead
+            self.seconds = float(before)
+        self.pending = (value, event)
+        return self.seconds
 
 
 def _truncate_log(path: Path, step: int) -> None:
@@ -318,7 +360,7 @@ class Trainer:
     def __init__(self, cfg: PretrainConfig):
         import torch
 
-        from corpus_tools.shard_format import _tokenizer_dir, open_shards
+        from corpus_tools.shard_format import _tokenizer_dir, open_shards, verify_shards
         from korbert.model import count_parameters
         from korbert.tokenizer import KorBertTokenizer
 
@@ -348,6 +390,11 @@ class Trainer:
         if cfg.mask_prob and (not 0 < cfg.mask_prob < 1 or sm["config"]["masking"] != "dynamic"):
             raise InputError("--mask-prob must be in (0, 1) and needs dynamic shards (static shards hold their masks)")
         self.nsp = cfg.objective == "mlm+nsp"
+        self.fixed = cfg.fixed_shapes == "on" or (cfg.fixed_shapes == "auto" and cfg.compile and cfg.pack)
+        if self.fixed and not cfg.pack:
+            raise InputError("--fixed-shapes on needs --pack (every row is max_seq_len tokens)")
+        if cfg.compile_mode == "reduce-overhead" and not (cfg.compile and self.fixed):
+            raise InputError("--compile-mode reduce-overhead (CUDA graphs) needs --compile and fixed shapes (--pack)")
         self.precision = resolve_precision(cfg.precision, self.cuda)
         self.key = key = _run_key(cfg, sm["key"], sm["tokenizer_hash"], dist.world, self.precision, self.cuda)
         if self.final.exists() and not cfg.force:
@@ -359,10 +406,14 @@ class Trainer:
             except (FileNotFoundError, ValueError):
                 pass
         try:
-            train = open_shards(cfg.shards, sm["tokenizer_hash"], "train", verify=dist.main)
+            train = open_shards(cfg.shards, sm["tokenizer_hash"], "train", verify=False)
             valid = open_shards(cfg.shards, sm["tokenizer_hash"], "valid", verify=False)
         except ValueError as e:
             raise InputError(f"--shards {cfg.shards}: {e}") from None
+        # every rank hashes 1/world of the training files (one rank hashing them all can outlast NCCL's timeout)
+        bad = sum(dist.gather(verify_shards(cfg.shards, sm, "train", dist.rank, dist.world)), [])
+        if bad:
+            raise InputError(f"--shards {cfg.shards}: {bad[0]}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}")
         if cfg.mask_prob:
             for reader in (train, valid):
                 reader.mask_config = dataclasses.replace(reader.mask_config, mask_prob=cfg.mask_prob)
@@ -377,6 +428,7 @@ class Trainer:
         self._build_data(train, valid, where["step"])
         # seconds: the agreed training time (rank 0's), which --max-minutes counts
         self.step_no, self.tokens, self.seconds = where["step"], where["tokens"], where["seconds"]
+        self.warm_end = where.get("warm_end")  # the share of the budget where a step-counted warmup ended
         if state is not None:
             _set_rng_state(state["rng"][dist.rank], dev)
             if dist.main:
@@ -400,7 +452,8 @@ class Trainer:
                 f"pretrain: BERT-{cfg.model_size} ({count / 1e6:.1f}M parameters, L{mcfg.num_hidden_layers}/H{mcfg.hidden_size}/"
                 f"A{mcfg.num_attention_heads}, vocab {mcfg.vocab_size}) on {dev}{f' x {dist.world}' if dist.world > 1 else ''}; "
                 f"{len(train)} training instances, global batch {self.global_batch}{' (packed rows)' if cfg.pack else ''}"
-                f"{', compiled' if cfg.compile else ''}, {self.precision}"
+                f"{', compiled' if cfg.compile else ''}{f', fixed shapes {self.fixed_counts}' if self.fixed else ''}, "
+                f"{self.workers} loader worker(s), {self.precision}"
             )
         self.tb = None
         if dist.main:
@@ -490,7 +543,10 @@ class Trainer:
         wrapped = model
         if self.dist.world > 1:
             wrapped = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if self.cuda else None)
-        if cfg.compile:
+        if cfg.compile and self.fixed:  # one shape: one graph, whole (DDP splits it at its buckets)
+            mode = None if cfg.compile_mode == "default" else cfg.compile_mode
+            wrapped = torch.compile(wrapped, fullgraph=self.dist.world == 1, dynamic=False, mode=mode)
+        elif cfg.compile:
             import torch._dynamo
 
             # rows x length come in a few buckets (korbert.data) and the index lists are marked dynamic
@@ -501,7 +557,7 @@ class Trainer:
     def _build_data(self, train, valid, start: int) -> None:
         import torch
 
-        from korbert.data import BatchPlan, PretrainingDataset, StepSampler, eval_batches, instance_lengths
+        from korbert.data import BatchPlan, PretrainingDataset, StepSampler, eval_batches, fixed_counts, instance_lengths
 
         cfg, dist = self.cfg, self.dist
         parts = dist.world * cfg.grad_accum
@@ -511,13 +567,15 @@ class Trainer:
 
         try:
             # one plan for the sampler (which runs ahead: prefetch) and the loop (token counts); it keeps two epochs
-            self.plan = BatchPlan(lengths, cfg.seed, max_len, pack=cfg.pack, parts=parts, buckets=cfg.compile, **budget)
+            self.plan = BatchPlan(lengths, cfg.seed, max_len, pack=cfg.pack, parts=parts, buckets=cfg.compile or self.fixed, **budget)
         except ValueError as e:
             raise InputError(f"--shards {cfg.shards}: {e}") from None
         self.global_batch = f"{cfg.tokens_per_batch} tokens" if cfg.tokens_per_batch else f"{cfg.batch_size * parts} rows"
-        workers = cfg.num_workers if cfg.num_workers >= 0 else (4 if self.cuda else 1)
+        # (predicted tokens, [CLS]) entries per micro-batch under fixed shapes: from the plan, the same on every rank
+        self.fixed_counts = fixed_counts(self.plan, train.mask_config.mask_prob, parts) if self.fixed else None
+        self.workers = workers = cfg.num_workers if cfg.num_workers >= 0 else default_workers()
         self.loader = torch.utils.data.DataLoader(
-            PretrainingDataset(train, cfg.seed, cfg.pack, nsp=self.nsp),
+            PretrainingDataset(train, cfg.seed, cfg.pack, nsp=self.nsp, fixed=self.fixed_counts),
             sampler=StepSampler(self.plan, start, 10**12, dist.world, dist.rank, cfg.grad_accum), batch_size=None,
             num_workers=workers, pin_memory=self.cuda, persistent_workers=False, prefetch_factor=4 if workers else None,
             generator=torch.Generator(),  # keeps the loader from drawing on the global RNG (exact resume)
@@ -545,20 +603,21 @@ class Trainer:
         import torch
 
         dist, dev = self.dist, self.dev
-        predicted, pairs = (sum(mb["counts"][j] for mb in micro) for j in (0, 1))  # Python ints from collate
+        predicted, pairs = (sum(mb["counts"][j] for mb in micro) for j in (0, 1))  # Python ints from make_batch
         # one all-reduce carries the global counts (the loss normalizers) and rank 0's clock
         mine = torch.tensor([predicted, pairs, self.clock if dist.main else 0.0], dtype=torch.float64)
         glob = dist.all_sum(mine.to(dev, non_blocking=True))
-        agreed = None
-        if dist.world > 1 and self.cuda:  # read back after the backward is queued: the GPU stays busy
+        agreed = event = None
+        if dist.world > 1:  # rank 0's clock, copied back without waiting; read at the next step
             agreed = glob[2].to("cpu", non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
+            if self.cuda:
+                event = torch.cuda.Event()
+                event.record()
         mlm_norm = (glob[0] / dist.world).clamp(min=1e-9).float()
         nsp_norm = (glob[1] / dist.world).clamp(min=1e-9).float()
         for i, mb in enumerate(micro):
             inputs = {**{k: mb[k].to(dev, non_blocking=True) for k in MODEL_INPUTS}, "packed": mb["packed"]}
-            if self.cfg.compile:  # the number of predicted tokens and of pairs varies: one graph for all
+            if self.cfg.compile and not self.fixed:  # the number of predicted tokens and of pairs varies: one graph for all
                 for k in ("mlm_positions", "mlm_labels", "nsp_positions", "nsp_labels"):
                     torch._dynamo.maybe_mark_dynamic(inputs[k], 0)  # (a size of 0 or 1 may specialize: no error)
             self.shapes.add(tuple(inputs["input_ids"].shape))
@@ -576,14 +635,11 @@ class Trainer:
             # before the first optimizer step (BERT-small on an H100 then stuck at the unigram loss)
             self.excluded += time.time() - self.t_step
             self.graphs_seen = graphs
-        if dist.world == 1:
-            self.seconds = self.clock
-        elif agreed is None:  # gloo: the all-reduce has finished
-            self.seconds = float(glob[2])
-        else:
-            event.synchronize()
-            self.seconds = float(agreed)
-        self.lr = lr_at(self.step_no, self.progress(), self.cfg, self.steps_hint)
+        self.seconds = self.clock if dist.world == 1 else self.agreed.push(agreed, event)
+        progress = self.progress()
+        if self.cfg.warmup >= 1 and not self.steps_hint and self.warm_end is None and self.step_no >= self.cfg.warmup:
+            self.warm_end = progress  # warmup ends here: the decay runs from this share of the budget
+        self.lr = lr_at(self.step_no, progress, self.cfg, self.steps_hint, self.warm_end)
         for g in self.opt.param_groups:
             g["lr"] = self.lr
         self.gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_grad) if self.cfg.clip_grad > 0 else None
@@ -661,7 +717,7 @@ class Trainer:
         if not self.dist.main:
             return
         state = {
-            "step": self.step_no, "tokens": self.tokens, "seconds": self.seconds, "run_key": self.key,
+            "step": self.step_no, "tokens": self.tokens, "seconds": self.seconds, "run_key": self.key, "warm_end": self.warm_end,
             "model_config": self.mcfg.to_dict(), "world": self.dist.world,
         }
         buf = io.BytesIO()
@@ -693,6 +749,7 @@ class Trainer:
         it = iter(self.loader)
         self.model.train()
         self.seconds_at_start, self.t_start, self.excluded = self.seconds, time.time(), 0.0
+        self.agreed = AgreedClock(self.seconds)
         self.first_step, self.graphs_seen = self.step_no, self.graphs_before
         with _oom_guard(cfg):
             done = self.progress() >= 1

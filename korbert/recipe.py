@@ -252,15 +252,12 @@ def main(cfg: RecipeConfig) -> dict:
         return r
 
     # -- corpus -> tokenizer -> shards -> model (pretraining runs on every rank; the rest on rank 0)
-    if rank0:
-        vm = stage("vocab", lambda: vocab_stage.main(cfgs["vocab"]))
-        sm = stage("shards", lambda: shards_stage.main(cfgs["shards"]))
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: the other ranks wait for rank 0's shards
-        ready = out / f".shards-ready-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}"
-        if rank0:
-            ready.touch()
-        _wait_for(ready)
-        vm, sm = read_manifest(out / "vocab", "vocab"), read_manifest(out / "shards", "shards")
+    def preprocess():
+        stage("vocab", lambda: vocab_stage.main(cfgs["vocab"]))
+        stage("shards", lambda: shards_stage.main(cfgs["shards"]))
+
+    rank0_first(preprocess)  # torchrun: the other ranks wait until rank 0's shards are written
+    vm, sm = read_manifest(cfgs["vocab"].out, "vocab"), read_manifest(cfgs["shards"].out, "shards")
     pm = stage("pretrain", lambda: pretrain_stage.main(cfgs["pretrain"]))
     if not rank0:
         return {}
@@ -300,12 +297,27 @@ def main(cfg: RecipeConfig) -> dict:
     return report
 
 
-def _wait_for(path: Path, timeout: float = 24 * 3600) -> None:
-    t = time.time()
-    while not path.exists():
-        if time.time() - t > timeout:
-            raise InputError(f"waited too long for {path}")
-        time.sleep(5)
+def rank0_first(fn) -> None:
+    """Rank 0 runs fn while the other ranks of a torchrun launch wait, then every rank goes on; one
+    process just runs fn. The wait is on a key in torchrun's own store (MASTER_ADDR:MASTER_PORT),
+    which lives as long as the launch, with a day's timeout (preprocessing can take hours) and no
+    process group (pretraining opens its own, NCCL on GPUs). So a rerun never finds a stale "ready":
+    the marker file this replaces stayed behind, and on a rerun ranks 1..N went on while rank 0 was
+    still rebuilding the shards. If rank 0 fails, torchrun stops the others."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        fn()
+        return
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timedelta(hours=24))
+    key = f"korbert/preprocessed/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"  # an elastic restart waits anew
+    if int(os.environ["RANK"]) == 0:
+        fn()
+        store.set(key, "done")
+    else:
+        store.wait([key])
 
 
 def cli(argv: list[str] | None = None) -> dict:

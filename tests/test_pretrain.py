@@ -17,8 +17,8 @@ import torch
 
 from corpus_tools import config as C
 from corpus_tools.text import InputError
-from korbert.data import BatchPlan, collate, instance_lengths, micro_batches
-from korbert.pretrain import MODEL_INPUTS, PretrainConfig, Trainer, lr_at, main, peak_flops
+from korbert.data import BatchPlan, instance_lengths, make_batch, micro_batches
+from korbert.pretrain import MODEL_INPUTS, AgreedClock, PretrainConfig, Trainer, default_workers, lr_at, main, peak_flops
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["hidden_size=64", "num_hidden_layers=2", "num_attention_heads=2", "intermediate_size=128"]
@@ -193,9 +193,12 @@ def test_export_loads_in_plain_transformers(shards_dir, tmp_path):
     # the sparse training head gives the dense head's logits at the masked positions
     labels = torch.full_like(enc["input_ids"], -100)
     labels[0, 2], labels[1, 3] = enc["input_ids"][0, 2], enc["input_ids"][1, 3]
-    rows = [[{"input_ids": enc["input_ids"][r][enc["attention_mask"][r] == 1].numpy(), "labels": labels[r][enc["attention_mask"][r] == 1].numpy(),
-              "token_type_ids": enc["token_type_ids"][r][enc["attention_mask"][r] == 1].numpy(), "next_sentence_label": r}] for r in range(2)]
-    batch = collate(rows, length=enc["input_ids"].shape[1])
+    t = enc["input_ids"].shape[1]
+    batch = {  # the layout korbert.data.make_batch gives: flat positions r*T+t of the predicted tokens and of each [CLS]
+        "input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"], "segments": enc["attention_mask"],
+        "position_ids": torch.arange(t).expand(2, t), "mlm_positions": torch.tensor([2, t + 3]),
+        "mlm_labels": torch.stack([labels[0, 2], labels[1, 3]]), "nsp_positions": torch.tensor([0, t]), "nsp_labels": torch.tensor([0, 1]),
+    }
     with torch.no_grad():
         o = ours(**{k: batch[k] for k in MODEL_INPUTS}, sparse=True)
     dense = torch.log_softmax(ref.prediction_logits, -1)
@@ -310,11 +313,10 @@ def test_packed_rows_equal_separate_instances(shards_dir):
     from korbert.model import KorBertForPreTraining, bert_config
 
     reader = open_shards(shards_dir, verify=False)
-    items = [reader.masked(i, np.random.default_rng(i)) for i in (0, 5, 9, 14)]
     torch.manual_seed(0)
     model = KorBertForPreTraining(bert_config("tiny", 3000, 128, {"hidden_size": 64, "intermediate_size": 128})).eval()
-    one_per_row = collate([[it] for it in items])
-    packed = collate([[items[0], items[1], items[2]], [items[3]]], length=128)
+    one_per_row = make_batch(reader, [np.array([i]) for i in (0, 5, 9, 14)], seed=0, epoch=0)
+    packed = make_batch(reader, [np.array([0, 5, 9]), np.array([14])], 128, seed=0, epoch=0)
     with torch.no_grad():
         a = model(**{k: one_per_row[k] for k in MODEL_INPUTS}, packed=one_per_row["packed"], sparse=True)  # the key padding mask
         b = model(**{k: packed[k] for k in MODEL_INPUTS}, packed=packed["packed"], sparse=True)  # block-diagonal
@@ -381,6 +383,20 @@ def test_compile_matches_eager_with_few_graphs(shards_dir, tmp_path):
     assert last["batch_shapes"] >= 3 and 1 <= last["compiled_graphs"] <= 4, last
 
 
+def test_compiled_packed_run_has_fixed_shapes_and_one_graph(shards_dir, tmp_path):
+    """--compile --pack turns fixed shapes on: every micro-batch has one shape, torch.compile makes one
+    graph (fullgraph, static shapes), and the losses are eager's on the same padded batches."""
+    common = dict(override=[*TINY, "hidden_dropout_prob=0", "attention_probs_dropout_prob=0"], max_steps=12, tokens_per_batch=1024, pack=True)
+    main(cfg(shards_dir, tmp_path / "eager", fixed_shapes="on", **common))
+    main(cfg(shards_dir, tmp_path / "compiled", compile=True, **common))
+    e, c = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
+    assert np.allclose(e[:4], c[:4], atol=1e-3), (e[:4], c[:4])
+    last = json.loads((tmp_path / "compiled" / "log.jsonl").read_text().splitlines()[-1])
+    assert last["compiled_graphs"] == 1 and last["batch_shapes"] == 1, last
+    with pytest.raises(InputError, match="needs --pack"):
+        main(cfg(shards_dir, tmp_path / "x", fixed_shapes="on"))
+
+
 def test_learning_rate_schedule_and_mfu_accounting():
     """Warmup given in steps with a time budget reaches the peak (it stayed at peak/N before);
     the device's bf16 peak comes from its name; the step's FLOPs count the tied decoder at the
@@ -391,8 +407,9 @@ def test_learning_rate_schedule_and_mfu_accounting():
 
     c = PretrainConfig(max_steps=0, max_minutes=10, warmup=10, lr=1e-3)
     assert lr_at(5, 0.01, c, None) == pytest.approx(5e-4)
-    assert lr_at(10, 0.02, c, None) == pytest.approx(1e-3 * 0.98)
-    assert lr_at(10, 1.0, c, None) == 0.0
+    assert lr_at(10, 0.02, c, None) == pytest.approx(1e-3)  # the step warmup ends: the peak (0.98 x peak before: a cliff)
+    assert lr_at(11, 0.03, c, None, warm_end=0.02) == pytest.approx(1e-3 * (1 - 0.01 / 0.98))  # decay from there
+    assert lr_at(30, 1.0, c, None, warm_end=0.02) == 0.0
     s = PretrainConfig(max_steps=100, warmup=10, lr=1e-3)
     assert lr_at(10, 0.1, s, 100) == pytest.approx(1e-3) and lr_at(55, 0.55, s, 100) == pytest.approx(5e-4)
     assert peak_flops("NVIDIA H100 PCIe") == 756e12 and peak_flops("NVIDIA H100 80GB HBM3") == 989e12
@@ -401,6 +418,46 @@ def test_learning_rate_schedule_and_mfu_accounting():
     head = step_flops(b, 0, 0, 1, 0)
     assert head == 6 * (768 * 768 + 768 * 32000)
     assert step_flops(b, 1, 0, 0, 0) == 6 * 12 * (4 * 768 * 768 + 2 * 768 * 3072)  # 6 N per token, N = 85M
+
+
+def test_step_warmup_under_a_time_budget_peaks_then_decays_without_a_drop(shards_dir, tmp_path):
+    """--warmup in steps with --max-minutes: the loop records where warmup ended, so the lr reaches the
+    peak and decays from it (before, the decay ran from progress 0: the lr fell by the progress made
+    during warmup at its last step, -9% in the 5.5-minute H100 run)."""
+    main(cfg(shards_dir, tmp_path, max_steps=0, max_minutes=0.04, warmup=6, lr=2e-3, save_every=1000))
+    lrs = [json.loads(line)["lr"] for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert len(lrs) > 12 and lrs[:6] == pytest.approx([2e-3 * s / 6 for s in range(6)])
+    assert lrs[6] == pytest.approx(2e-3)
+    assert all(b <= a for a, b in zip(lrs[6:], lrs[7:])) and lrs[7] > 0.95 * 2e-3
+
+
+def test_ranks_read_the_agreed_clock_one_step_late_without_waiting_on_the_current_step():
+    """With several ranks, step s reads rank 0's clock from step s-1's all-reduce and waits only for
+    that copy's event, never for the event of the step it just queued (before: `event.synchronize()`
+    on the current step, so every step waited for the GPU)."""
+    waited = []
+
+    class Event:  # a CUDA event's one method the clock uses, recording which step's copy is waited for
+        def __init__(self, step):
+            self.step = step
+
+        def synchronize(self):
+            waited.append(self.step)
+
+    clock = AgreedClock(100.0)
+    seen = [clock.push(torch.tensor(100.0 + s), Event(s)) for s in range(4)]
+    assert seen == [100.0, 100.0, 101.0, 102.0] and waited == [0, 1, 2]
+
+
+def test_loader_workers_default_from_the_machine(monkeypatch):
+    """--num-workers -1: the cores this process may use / the processes on this machine, minus one."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert default_workers() == 3
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert default_workers() == 15
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert default_workers() == 0
 
 
 def test_clear_errors(shards_dir, tmp_path, vocab_dir):
@@ -437,3 +494,11 @@ def test_time_budget_warmup_is_not_spent_on_start_up_or_compiling(shards_dir, tm
     # 3 s counted would be half the 6 s budget: past the 1.5 s warmup, lr already decaying at step 1
     assert log[0]["step"] == 1 and log[0]["lr"] < 0.25e-3, log[0]
     assert len(log) > 2 and log[-1]["seconds"] >= 6.0  # then trained on until the budget was spent (no upper time bound)
+
+
+def test_torch_floor_has_the_names_the_loop_uses():
+    """pyproject's torch floor is a release that has torch._dynamo.config.recompile_limit (2.7) and
+    torch.OutOfMemoryError (2.5); it allowed 2.4, where `--compile` and the OOM message broke."""
+    floor = re.search(r'"torch>=([\d.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert tuple(int(x) for x in floor.split(".")[:2]) >= (2, 7), floor
+    assert hasattr(torch._dynamo.config, "recompile_limit") and issubclass(torch.OutOfMemoryError, RuntimeError)

@@ -78,3 +78,49 @@ def test_report_names_the_model_with_its_shape_overrides():
 
     assert model_name(PretrainConfig(model_size="tiny")) == "BERT-tiny"
     assert model_name(PretrainConfig(model_size="tiny", override=["num_hidden_layers=4", "hidden_dropout_prob=0"])) == "BERT-tiny, num_hidden_layers=4"
+
+
+RANK0_FIRST = """
+import os, sys, time
+from pathlib import Path
+import torch
+from korbert.pretrain import _Dist
+from korbert.recipe import rank0_first
+done, launch = Path(sys.argv[1]), sys.argv[2]
+def preprocess():
+    done.unlink(missing_ok=True)
+    time.sleep(2)  # rank 1 must wait for this
+    done.write_text(launch)
+rank0_first(preprocess)
+assert done.read_text() == launch, (os.environ["RANK"], done.read_text(), launch)
+d = _Dist("cpu")  # pretraining's own process group opens after the barrier's is closed
+t = torch.ones(1)
+d.all_sum(t)
+assert t.item() == 2
+d.close()
+"""
+
+
+def test_torchrun_ranks_wait_for_rank_0s_preprocessing_on_every_launch(tmp_path):
+    """Under torchrun the other ranks wait at a barrier of the launch until rank 0's preprocessing is
+    done, also when the recipe is run a second time in the same place (the `.shards-ready` marker
+    file it replaces stayed behind, so on a rerun ranks 1..N went on while rank 0 rebuilt)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "rank0_first.py"
+    script.write_text(RANK0_FIRST)
+    root = Path(__file__).resolve().parent.parent
+    for launch in ("1", "2"):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        p = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={port}",
+             str(script), str(tmp_path / "done.txt"), launch],
+            cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=120,
+        )
+        assert p.returncode == 0, p.stderr[-3000:]

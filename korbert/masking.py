@@ -1,0 +1,137 @@
+"""Dynamic MLM masking for a whole batch at once, from counter-based random numbers.
+
+BERT's recipe per instance: round(mask_prob x maskable tokens) tokens (at least 1) are chosen unit
+by unit (a morpheme or eojeol, or each token alone) in random order, skipping a unit that would
+overshoot the count and trying the next ones, as BERT's whole-word masking does; each chosen token
+becomes [MASK] (80%), stays (10%) or becomes a random normal piece (10%). [CLS]/[SEP]/[PAD] are
+never chosen.
+
+Every random number is splitmix64 of a counter built from (seed, epoch, instance, position, draw),
+a pure function of those keys, with no generator state. So an instance's mask is the same whatever
+batch, row, packing, worker or rank it lands in, and a batch costs a handful of numpy operations
+on whole arrays: a hash per token, one sort of the units, cumulative sums. Version 2 of the masks:
+version 1 drew them per instance from numpy's PCG64 (`corpus_tools.shard_format.mask_tokens`,
+which the shards stage still uses for static masks and its statistics).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from corpus_tools.shard_format import CLS, PAD, SEP, MaskConfig
+
+MASKING_VERSION = 2  # recorded in the pretraining run key: a checkpoint never resumes with other masks
+EVAL_EPOCH = 0x7661  # the epoch key of the held-out batches' one fixed draw
+
+_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """uint64 -> uint64, elementwise: the splitmix64 finalizer of x + golden ratio (wraps mod 2^64)."""
+    with np.errstate(over="ignore"):
+        z = x + _GOLDEN
+        z = (z ^ (z >> _S30)) * _MIX1
+        z = (z ^ (z >> _S27)) * _MIX2
+    return z ^ (z >> _S31)
+
+
+def to_unit(z: np.ndarray) -> np.ndarray:
+    """uint64 -> float64 uniform in [0, 1) (the top 53 bits)."""
+    return (z >> _S11).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def instance_keys(seed: int, epoch: int, instances: np.ndarray) -> np.ndarray:
+    """uint64 [n]: the counter base of each instance (global index in its split) in this epoch."""
+    head = splitmix64(splitmix64(np.uint64(seed & (2**64 - 1))) ^ np.uint64(epoch & (2**64 - 1)))
+    return splitmix64(head ^ np.asarray(instances, np.uint64))
+
+
+def draws(keys: np.ndarray, positions: np.ndarray, stream: int) -> np.ndarray:
+    """float64 uniforms for tokens at `positions` (within their instance) of instances with `keys`
+    (the same length); stream 0: unit order, 1: [MASK]/keep/random, 2: the random piece."""
+    with np.errstate(over="ignore"):
+        c = keys ^ (np.asarray(positions, np.uint64) * np.uint64(4) + np.uint64(stream)) * _GOLDEN
+    return to_unit(splitmix64(c))
+
+
+def special_mask(ids: np.ndarray) -> np.ndarray:
+    return (ids == CLS) | (ids == SEP) | (ids == PAD)
+
+
+def mask_batch(
+    ids: np.ndarray, lengths: np.ndarray, keys: np.ndarray, units: np.ndarray | None, cfg: MaskConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """ids [T]: the token ids of n instances laid end to end, instance j with lengths[j] tokens and
+    counter base keys[j] (`instance_keys`); units [T] or None: a unit id per token (a run of equal
+    ids within an instance is one unit); None: every token alone.
+
+    Returns (input_ids int64 [T], masked bool [T]): the ids with the chosen tokens replaced, and which
+    tokens are to be predicted (their labels are the original ids)."""
+    ids = np.asarray(ids).astype(np.int64)
+    lengths = np.asarray(lengths, np.int64)
+    n, total = len(lengths), int(lengths.sum())
+    starts = np.cumsum(lengths) - lengths  # [n] each instance's first token
+    inst = np.repeat(np.arange(n), lengths)  # [T]
+    cand = np.flatnonzero(~special_mask(ids))  # maskable tokens, in order
+    masked = np.zeros(total, bool)
+    if cand.size == 0:
+        return ids, masked
+    ci = inst[cand]  # [C] instance of each candidate
+    m = np.bincount(ci, minlength=n)  # maskable tokens per instance
+    k = np.where(m > 0, np.maximum(1, np.rint(m * cfg.mask_prob)), 0).astype(np.int64)  # round half to even, as Python's round
+
+    # units: runs of candidates in one instance with one unit id (no units: each candidate alone)
+    first = np.ones(cand.size, bool)
+    if units is not None:
+        u = np.asarray(units)[cand]
+        first[1:] = (u[1:] != u[:-1]) | (ci[1:] != ci[:-1])
+    ustart = np.flatnonzero(first)  # [U] index into cand of each unit's first token
+    usize = np.diff(np.append(ustart, cand.size))  # [U]
+    uinst = ci[ustart]  # [U] instances, ascending
+    ukey = draws(keys[uinst], cand[ustart] - starts[uinst], 0)
+
+    # the units of each instance in random order (sort by instance + key; keys are in [0, 1))
+    order = np.argsort(uinst + ukey, kind="stable")
+    s = usize[order]
+    cum = np.cumsum(s)
+    ufirst = np.searchsorted(uinst, np.arange(n))  # [n] first unit (in sorted order) of each instance
+    before = np.where(ufirst > 0, cum[np.maximum(ufirst - 1, 0)], 0)[uinst]  # tokens of earlier instances
+    within = cum - before  # [U] tokens up to and including this unit, within its instance
+    take = within <= k[uinst]  # whole units in random order while the count is not exceeded
+    left = k - np.bincount(uinst, weights=s * take, minlength=n).astype(np.int64)
+    # the unit that overshot and the ones after it: take each that still fits, in order (BERT's
+    # whole-word masking skips a unit that overshoots); `left` falls every round, so few rounds
+    pos = np.arange(len(s)) - ufirst[uinst]  # rank of the unit within its instance's order
+    ptr = np.bincount(uinst, weights=take, minlength=n).astype(np.int64)  # the next rank to try
+    while True:
+        open_ = left[uinst] > 0
+        if not open_.any():
+            break
+        fits = open_ & ~take & (pos >= ptr[uinst]) & (s <= left[uinst])
+        hit = np.flatnonzero(fits)
+        if hit.size == 0:
+            break
+        hit = hit[np.r_[True, uinst[hit[1:]] != uinst[hit[:-1]]]]  # the first fitting unit per instance
+        take[hit] = True
+        hi = uinst[hit]
+        left[hi] -= s[hit]
+        ptr[hi] = pos[hit] + 1
+        done = np.ones(n, bool)
+        done[hi] = False
+        left[done] = 0  # no unit fits what is left: as BERT, that instance gets fewer
+    picked = np.zeros(len(s), bool)
+    picked[order] = take
+    chosen = cand[np.repeat(picked, usize)]  # [M] token positions, ascending
+    masked[chosen] = True
+
+    out = ids.copy()
+    ck = keys[inst[chosen]]
+    cpos = chosen - starts[inst[chosen]]
+    r = draws(ck, cpos, 1)
+    out[chosen[r < cfg.mask_share]] = cfg.mask_id
+    rnd = r >= cfg.mask_share + cfg.keep_share
+    span = cfg.random_high - cfg.random_low
+    pieces = cfg.random_low + np.minimum((draws(ck[rnd], cpos[rnd], 2) * span).astype(np.int64), span - 1)
+    out[chosen[rnd]] = pieces
+    return out, masked
