@@ -90,6 +90,23 @@ def first_normal_id(tok) -> int:
     raise ValueError("the tokenizer has no normal pieces")
 
 
+GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def mix64(z: np.ndarray) -> np.ndarray:
+    """uint64 -> uint64, elementwise: splitmix64's finalizer (its output for state z). Counter-based
+    random numbers are mix64 of a counter times the golden ratio plus a key: no generator state."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def to_unit(z: np.ndarray) -> np.ndarray:
+    """uint64 -> float64 uniform in [0, 1) (the top 53 bits)."""
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
 def special_mask_of(ids: np.ndarray) -> np.ndarray:
     """bool [n]: the [CLS]/[SEP]/[PAD] positions (document text never holds these ids: see _Doc)."""
     return (ids == CLS) | (ids == SEP) | (ids == PAD)

@@ -74,8 +74,8 @@ import numpy as np
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, file_record, read_manifest, sha256_file, write_manifest
 from corpus_tools.shard_format import (
-    CLS, FORMAT_VERSION, IGNORE, MASK, SEP, SPLITS, TOKENIZER_DIR, UNK, MaskConfig, _ShardWriter, _tokenizer_dir,
-    mask_stats, mask_tokens, open_shards, shard_columns, special_mask_of,
+    GOLDEN, CLS, FORMAT_VERSION, IGNORE, MASK, SEP, SPLITS, TOKENIZER_DIR, UNK, MaskConfig, _ShardWriter, _tokenizer_dir,
+    mask_stats, mask_tokens, mix64, open_shards, shard_columns, special_mask_of, to_unit,
 )
 from corpus_tools.shard_format import ShardReader, first_normal_id  # noqa: F401  (still importable from here, as before the move)
 from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_documents
@@ -334,18 +334,13 @@ class _Draws:
         return int(self.generator().binomial(n, p))
 
 
-_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-
-
 def _uniforms(seed: int, index: np.ndarray, k: int) -> np.ndarray:
     """float64 [len(index), k] in [0, 1): uniform j of document i is splitmix64 of a counter made
     from (seed, i, j), a pure function of the three (no generator state), for a batch at once."""
     base = np.uint64(int.from_bytes(hashlib.blake2b(f"u:{seed}".encode(), digest_size=8).digest(), "little"))
-    z = (index.astype(np.uint64)[:, None] * np.uint64(k) + np.arange(k, dtype=np.uint64)) * _GOLDEN + base
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    z ^= z >> np.uint64(31)
-    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    with np.errstate(over="ignore"):
+        z = (index.astype(np.uint64)[:, None] * np.uint64(k) + np.arange(k, dtype=np.uint64)) * GOLDEN + base
+    return to_unit(mix64(z))
 
 
 def build_instance(

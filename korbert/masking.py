@@ -18,27 +18,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from corpus_tools.shard_format import CLS, PAD, SEP, MaskConfig
+from corpus_tools.shard_format import CLS, GOLDEN, PAD, SEP, MaskConfig, mix64, to_unit
 
 MASKING_VERSION = 2  # recorded in the pretraining run key: a checkpoint never resumes with other masks
 EVAL_EPOCH = 0x7661  # the epoch key of the held-out batches' one fixed draw
 
-_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
-
-
 def splitmix64(x: np.ndarray) -> np.ndarray:
-    """uint64 -> uint64, elementwise: the splitmix64 finalizer of x + golden ratio (wraps mod 2^64)."""
+    """uint64 -> uint64, elementwise: splitmix64 of state x (wraps mod 2^64)."""
     with np.errstate(over="ignore"):
-        z = x + _GOLDEN
-        z = (z ^ (z >> _S30)) * _MIX1
-        z = (z ^ (z >> _S27)) * _MIX2
-    return z ^ (z >> _S31)
-
-
-def to_unit(z: np.ndarray) -> np.ndarray:
-    """uint64 -> float64 uniform in [0, 1) (the top 53 bits)."""
-    return (z >> _S11).astype(np.float64) * (1.0 / (1 << 53))
+        return mix64(x + GOLDEN)
 
 
 def instance_keys(seed: int, epoch: int, instances: np.ndarray) -> np.ndarray:
@@ -51,7 +39,7 @@ def draws(keys: np.ndarray, positions: np.ndarray, stream: int) -> np.ndarray:
     """float64 uniforms for tokens at `positions` (within their instance) of instances with `keys`
     (the same length); stream 0: unit order, 1: [MASK]/keep/random, 2: the random piece."""
     with np.errstate(over="ignore"):
-        c = keys ^ (np.asarray(positions, np.uint64) * np.uint64(4) + np.uint64(stream)) * _GOLDEN
+        c = keys ^ (np.asarray(positions, np.uint64) * np.uint64(4) + np.uint64(stream)) * GOLDEN
     return to_unit(splitmix64(c))
 
 

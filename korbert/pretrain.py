@@ -621,6 +621,8 @@ class Trainer:
                 for k in ("mlm_positions", "mlm_labels", "nsp_positions", "nsp_labels"):
                     torch._dynamo.maybe_mark_dynamic(inputs[k], 0)  # (a size of 0 or 1 may specialize: no error)
             self.shapes.add(tuple(inputs["input_ids"].shape))
+            if self.cfg.compile_mode == "reduce-overhead":
+                torch.compiler.cudagraph_mark_step_begin()  # a new replay: the last one's outputs were read (stats) already
             sync = contextlib.nullcontext() if dist.world == 1 or i == len(micro) - 1 else self.wrapped.no_sync()
             with sync:
                 with self.autocast():

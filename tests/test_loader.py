@@ -233,3 +233,37 @@ def test_ranks_hash_disjoint_shares_of_the_shards(vocab_dir, corpus, tmp_path, m
     assert name in shard_format.verify_shards(folder, m, "train", 1, 2)[0]
     with pytest.raises(InputError, match="sha256 differs"):
         main(PretrainConfig(shards=str(folder), out=str(tmp_path / "run"), model_size="tiny", max_steps=1, num_workers=0))
+
+
+def best_fit_one_at_a_time(instances, lengths, capacity):
+    """The reference: best fit decreasing, one instance at a time in Python (the loop epoch planning
+    ran before, ~1.1 us per instance: ~2 minutes per epoch of 100M instances on every rank)."""
+    rows, by_room = [], [[] for _ in range(capacity + 1)]
+    order = instances[np.argsort(-lengths[instances], kind="stable")]
+    for i, n in zip(order.tolist(), lengths[order].tolist()):
+        for room in range(n, capacity + 1):
+            if by_room[room]:
+                r = by_room[room].pop()
+                break
+        else:
+            r, room = len(rows), capacity
+            rows.append([])
+        rows[r].append(i)
+        by_room[room - n].append(r)
+    return rows
+
+
+def test_packing_runs_of_equal_lengths_gives_best_fits_rows():
+    """pack_rows places a run of equal lengths at a time and gives exactly the rows of best fit
+    decreasing done one instance at a time, on capacities and length mixes of every kind."""
+    from korbert.data import pack_rows
+
+    rng = np.random.default_rng(0)
+    for trial in range(120):
+        cap = int(rng.choice([8, 16, 64, 128, 512]))
+        n = int(rng.integers(1, 2000))
+        lengths = rng.integers(1, cap + 1, size=n) if trial % 3 else np.minimum(cap, rng.geometric(0.05, size=n))
+        inst = rng.permutation(n)[: max(1, n // 2)]
+        items, sizes = pack_rows(inst, lengths, cap)
+        got = [r.tolist() for r in np.split(items, np.cumsum(sizes)[:-1])]
+        assert got == best_fit_one_at_a_time(inst, lengths, cap), trial
