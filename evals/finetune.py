@@ -218,6 +218,20 @@ def open_folder(folder: str, weights: bool = True, label: str | None = None) -> 
     return ModelFolder(path, kind, config, manifest, tokenizer_files_sha256(path), where)
 
 
+def check_trained_positions(mf: ModelFolder, max_len: int, allow: bool, control: bool, window_hint: str) -> None:
+    """Refuse fine-tuning windows longer than the model's pretraining trained: positions past it are
+    still at their random initialization. Only korbert exports say how long (manifest.json
+    `trained_seq_len`); other folders, older exports and controls (random everywhere) pass."""
+    trained = mf.manifest.get("trained_seq_len")
+    if allow or control or mf.kind != "korbert" or not trained or max_len <= trained:
+        return
+    raise InputError(
+        f"{mf.where}: --max-len {max_len} is longer than the {trained} tokens this model was pretrained on: positions "
+        f"{trained}..{max_len - 1} were never trained. Pretrain a long phase (korbert pretrain --long-shards SHARDS-512 "
+        f"--long-phase 0.1), or use windows within {trained} tokens ({window_hint}); --allow-untrained-positions goes on anyway"
+    )
+
+
 def open_model_folder(folder: str, weights: bool = True, label: str | None = None):
     """A korbert model folder -> (path, tokenizer, manifest, config), the tokenizer checked against
     the manifest and the config's vocabulary (korbert.use.Encoder's entry)."""

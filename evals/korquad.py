@@ -46,7 +46,7 @@ from evals import korquad_metric
 from evals.data import QAExample, read_squad, split_articles, squad_examples
 from evals import features as F
 from evals.finetune import (
-    MODEL_HELP, Device, TrainSettings, fine_tune, load_model, open_folder, predict, qa_forward, seed_everything,
+    MODEL_HELP, Device, TrainSettings, check_trained_positions, fine_tune, load_model, open_folder, predict, qa_forward, seed_everything,
     write_results,
 )
 from evals.table import print_table, result_row
@@ -67,6 +67,7 @@ class KorquadConfig:
     max_len: int = C.field(384, "maximum tokens per window ([CLS] question [SEP] context [SEP])")
     stride: int = C.field(128, "tokens of overlap between consecutive windows of a long context")
     max_query_len: int = C.field(64, "questions longer than this many tokens are cut")
+    allow_untrained_positions: bool = C.field(False, "fine-tune windows longer than a korbert model was pretrained on (its manifest's trained_seq_len)")
     max_answer_len: int = C.field(30, "longest answer span considered, in tokens")
     n_best: int = C.field(20, "start/end candidates per window, and answers kept in nbest_predictions.json")
     epochs: int = C.field(2, "training epochs")
@@ -228,6 +229,7 @@ def main(cfg: KorquadConfig) -> dict:
     mf = open_folder(cfg.model, weights=not cfg.control)
     if cfg.max_len > mf.config.max_position_embeddings:
         raise InputError(f"--max-len {cfg.max_len} > the model's max_position_embeddings {mf.config.max_position_embeddings}")
+    check_trained_positions(mf, cfg.max_len, cfg.allow_untrained_positions, cfg.control, "--max-len 128 --stride 32 --max-query-len 40")
 
     t0 = time.time()
     root = cfg.features or F.default_dir(cfg.out)

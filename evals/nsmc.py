@@ -29,7 +29,7 @@ from corpus_tools.artifacts import atomic_write_bytes, file_record
 from corpus_tools.text import InputError
 from evals.data import read_nsmc
 from evals.finetune import (
-    MODEL_HELP, Device, TrainSettings, fine_tune, load_model, open_folder, predict, seed_everything, write_results,
+    MODEL_HELP, Device, TrainSettings, check_trained_positions, fine_tune, load_model, open_folder, predict, seed_everything, write_results,
 )
 from evals import features as F
 from evals.table import print_table, result_row
@@ -47,6 +47,7 @@ class NsmcConfig:
     out: str = C.field("runs/eval-nsmc", "output folder")
     control: bool = C.field(False, "control run: the model's config with a seeded random initialization, same fine-tuning")
     max_len: int = C.field(128, "maximum tokens per review, [CLS] and [SEP] included")
+    allow_untrained_positions: bool = C.field(False, "fine-tune on reviews longer than a korbert model was pretrained on (its manifest's trained_seq_len)")
     features: str = C.field("", "feature cache folder, shared by runs with the same tokenizer, data and max length (default: features/ beside --out)")
     rebuild_features: bool = C.field(False, "build the features again even when the cache holds them")
     epochs: int = C.field(2, "training epochs (the best one on the validation slice is kept)")
@@ -87,6 +88,7 @@ def main(cfg: NsmcConfig) -> dict:
     mf = open_folder(cfg.model, weights=not cfg.control)
     if cfg.max_len > mf.config.max_position_embeddings:
         raise InputError(f"--max-len {cfg.max_len} > the model's max_position_embeddings {mf.config.max_position_embeddings}")
+    check_trained_positions(mf, cfg.max_len, cfg.allow_untrained_positions, cfg.control, f"--max-len {mf.manifest.get('trained_seq_len')}")
 
     t0 = time.time()
     root = cfg.features or F.default_dir(cfg.out)

@@ -72,6 +72,12 @@ class PretrainConfig:
         "rows of similar length are taken up to it (0: use --batch-size)",
     )
     pack: bool = C.field(False, "pack several instances into each row of max_seq_len tokens (block-diagonal attention, positions restart per instance)")
+    long_shards: str = C.field(
+        "", "BERT's second phase: shards of the same tokenizer at a longer --max-seq-len (e.g. `korbert shards --max-seq-len 512`); "
+        "the last --long-phase of the budget trains on them, with the same tokens per step, so that the positions fine-tuning "
+        "uses (KorQuAD: 384) are trained",
+    )
+    long_phase: float = C.field(0.1, "with --long-shards: the share of the budget (steps, tokens or minutes) trained on them, at its end")
     objective: str = C.field(
         "mlm+nsp", "mlm+nsp: BERT's two losses; mlm: masked LM only (RoBERTa, Cramming), the pooler and NSP head are "
         "exported untrained (shards made with --no-nsp need it)", choices=["mlm+nsp", "mlm"],
@@ -222,11 +228,18 @@ def resolve_precision(want: str, cuda: bool) -> str:
     return "bf16" if cuda or cpu_has_bf16() else "fp32"
 
 
-def _run_key(cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int, precision: str, cuda: bool) -> str:
+def _run_key(cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int, precision: str, cuda: bool, long_key: str = "") -> str:
     speed_only = ("out", "device", "compile", "compile_mode", "fixed_shapes", "num_workers", "resume", "force", "replace", "log_every", "save_every")
     ident = {k: v for k, v in C.to_dict(cfg).items() if k not in speed_only}
+    for f in dataclasses.fields(cfg):  # --warmup 500 on the command line is 500.0, 500 in a config file or a call: one run
+        if f.type == "float" and f.name in ident:
+            ident[f.name] = float(ident[f.name])
     ident["precision"] = precision  # what runs, not what was asked ("auto")
     ident["masking"] = MASKING_VERSION  # masks drawn another way: not the same run (never resumed across)
+    if cfg.long_shards:
+        ident["long_shards"] = long_key  # by content, as the shards
+    else:
+        del ident["long_shards"], ident["long_phase"]
     for k, default in (("objective", "mlm+nsp"), ("mask_prob", 0.0), ("precision", "bf16" if cuda else "fp32")):
         if ident[k] == default:  # options added later: at their defaults (CUDA's bf16, CPU's fp32 before) the key is as before
             del ident[k]
@@ -251,6 +264,16 @@ def _set_rng_state(state: dict, device) -> None:
     np.random.set_state(state["numpy"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
+
+
+@dataclass
+class _Phase:
+    """A stretch of pretraining on one shards folder: its reader, batch plan, row length, fixed counts."""
+
+    reader: object
+    plan: object
+    max_len: int
+    fixed: tuple[int, int] | None
 
 
 class AgreedClock:
@@ -389,6 +412,7 @@ class Trainer:
             raise InputError(f"--shards {cfg.shards} were made without NSP labels (--no-nsp): pretrain them with --objective mlm")
         if cfg.mask_prob and (not 0 < cfg.mask_prob < 1 or sm["config"]["masking"] != "dynamic"):
             raise InputError("--mask-prob must be in (0, 1) and needs dynamic shards (static shards hold their masks)")
+        self.long_manifest = self._long_manifest(sm) if cfg.long_shards else None
         self.nsp = cfg.objective == "mlm+nsp"
         self.fixed = cfg.fixed_shapes == "on" or (cfg.fixed_shapes == "auto" and cfg.compile and cfg.pack)
         if self.fixed and not cfg.pack:
@@ -396,7 +420,8 @@ class Trainer:
         if cfg.compile_mode == "reduce-overhead" and not (cfg.compile and self.fixed):
             raise InputError("--compile-mode reduce-overhead (CUDA graphs) needs --compile and fixed shapes (--pack)")
         self.precision = resolve_precision(cfg.precision, self.cuda)
-        self.key = key = _run_key(cfg, sm["key"], sm["tokenizer_hash"], dist.world, self.precision, self.cuda)
+        long_key = self.long_manifest["key"] if self.long_manifest else ""
+        self.key = key = _run_key(cfg, sm["key"], sm["tokenizer_hash"], dist.world, self.precision, self.cuda, long_key)
         if self.final.exists() and not cfg.force:
             try:
                 fm = read_manifest(self.final, "model")
@@ -410,25 +435,34 @@ class Trainer:
             valid = open_shards(cfg.shards, sm["tokenizer_hash"], "valid", verify=False)
         except ValueError as e:
             raise InputError(f"--shards {cfg.shards}: {e}") from None
+        long_train = open_shards(cfg.long_shards, sm["tokenizer_hash"], "train", verify=False) if cfg.long_shards else None
         # every rank hashes 1/world of the training files (one rank hashing them all can outlast NCCL's timeout)
-        bad = sum(dist.gather(verify_shards(cfg.shards, sm, "train", dist.rank, dist.world)), [])
+        mine = verify_shards(cfg.shards, sm, "train", dist.rank, dist.world)
+        if long_train is not None:
+            mine += verify_shards(cfg.long_shards, self.long_manifest, "train", dist.rank, dist.world)
+        bad = sum(dist.gather(mine), [])
         if bad:
-            raise InputError(f"--shards {cfg.shards}: {bad[0]}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}")
+            raise InputError(f"--shards: {bad[0]}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}")
         if cfg.mask_prob:
-            for reader in (train, valid):
+            for reader in (train, valid, long_train):
+                if reader is None:
+                    continue
                 reader.mask_config = dataclasses.replace(reader.mask_config, mask_prob=cfg.mask_prob)
 
         # -- resume or start
         state = self._load_checkpoint()
-        self.mcfg = mcfg = self._model_config(state, len(tok), sm["config"]["max_seq_len"])
+        self.max_len = sm["config"]["max_seq_len"]
+        self.long_len = self.long_manifest["config"]["max_seq_len"] if self.long_manifest else 0
+        self.mcfg = mcfg = self._model_config(state, len(tok), max(self.max_len, self.long_len))
         self._build_model(state)
 
         # -- data
         where = state["state"] if state else {"step": 0, "tokens": 0, "seconds": 0.0}
-        self._build_data(train, valid, where["step"])
         # seconds: the agreed training time (rank 0's), which --max-minutes counts
         self.step_no, self.tokens, self.seconds = where["step"], where["tokens"], where["seconds"]
         self.warm_end = where.get("warm_end")  # the share of the budget where a step-counted warmup ended
+        self.long_from = where.get("long_from")  # the step the long phase began at (None: not yet)
+        self._build_data(train, valid, long_train)
         if state is not None:
             _set_rng_state(state["rng"][dist.rank], dev)
             if dist.main:
@@ -439,7 +473,7 @@ class Trainer:
                 self.log_path.unlink(missing_ok=True)
             torch.manual_seed(cfg.seed + 1 + dist.rank)  # dropout stream (per rank)
         self.steps_hint = cfg.max_steps if cfg.max_steps > 0 else (
-            max(1, cfg.max_tokens // max(1, self.plan.token_stats(0)[0])) if cfg.max_tokens > 0 else None
+            max(1, cfg.max_tokens // max(1, self.phases[0].plan.token_stats(0)[0])) if cfg.max_tokens > 0 else None
         )
         self.save_every = max(cfg.log_every, cfg.save_every // cfg.log_every * cfg.log_every)
         self.run_cfg = {**C.to_dict(cfg), "world_size": dist.world, "global_batch": self.global_batch, "device": str(dev), "precision_used": self.precision}
@@ -554,33 +588,81 @@ class Trainer:
             wrapped = torch.compile(wrapped)
         self.model, self.wrapped, self.opt = model, wrapped, opt
 
-    def _build_data(self, train, valid, start: int) -> None:
-        import torch
+    def _long_manifest(self, sm: dict) -> dict:
+        cfg = self.cfg
+        try:
+            lm = read_manifest(cfg.long_shards, "shards")
+        except (FileNotFoundError, ValueError) as e:
+            raise InputError(f"--long-shards {cfg.long_shards}: {e}") from None
+        if lm["tokenizer_hash"] != sm["tokenizer_hash"]:
+            raise InputError(
+                f"--long-shards {cfg.long_shards}: made with tokenizer {lm['tokenizer_hash'][:12]}, --shards with "
+                f"{sm['tokenizer_hash'][:12]}: build both with one tokenizer"
+            )
+        if lm["config"]["max_seq_len"] <= sm["config"]["max_seq_len"]:
+            raise InputError(
+                f"--long-shards {cfg.long_shards}: max_seq_len {lm['config']['max_seq_len']} is not longer than --shards' "
+                f"{sm['config']['max_seq_len']}"
+            )
+        if not 0 < cfg.long_phase < 1:
+            raise InputError(f"--long-phase must be in (0, 1), got {cfg.long_phase}")
+        if lm["config"].get("nsp", True) != sm["config"].get("nsp", True) or lm["config"]["masking"] != sm["config"]["masking"]:
+            raise InputError(f"--long-shards {cfg.long_shards}: built with other --nsp or --masking options than --shards")
+        return lm
 
-        from korbert.data import BatchPlan, PretrainingDataset, StepSampler, eval_batches, fixed_counts, instance_lengths
+    def _build_data(self, train, valid, long_train) -> None:
+        """One phase per shards folder (the plan, its fixed shapes, its reader); the loader of the phase
+        this step is in. The long phase keeps the tokens per step: fewer, longer rows."""
+        from korbert.data import BatchPlan, eval_batches, fixed_counts, instance_lengths
 
         cfg, dist = self.cfg, self.dist
         parts = dist.world * cfg.grad_accum
-        max_len = self.shards_manifest["config"]["max_seq_len"]
-        budget = {"tokens_per_step": cfg.tokens_per_batch} if cfg.tokens_per_batch else {"rows_per_step": cfg.batch_size * parts}
-        lengths = instance_lengths(train)
-
-        try:
-            # one plan for the sampler (which runs ahead: prefetch) and the loop (token counts); it keeps two epochs
-            self.plan = BatchPlan(lengths, cfg.seed, max_len, pack=cfg.pack, parts=parts, buckets=cfg.compile or self.fixed, **budget)
-        except ValueError as e:
-            raise InputError(f"--shards {cfg.shards}: {e}") from None
+        self.phases = []
+        for reader, max_len, where in ((train, self.max_len, cfg.shards), (long_train, self.long_len, cfg.long_shards)):
+            if reader is None:
+                continue
+            rows = max(parts, cfg.batch_size * parts * self.max_len // max_len // parts * parts)  # the same tokens per step
+            budget = {"tokens_per_step": cfg.tokens_per_batch} if cfg.tokens_per_batch else {"rows_per_step": rows}
+            try:
+                # one plan for the sampler (which runs ahead: prefetch) and the loop (token counts); it keeps two epochs
+                plan = BatchPlan(instance_lengths(reader), cfg.seed, max_len, pack=cfg.pack, parts=parts, buckets=cfg.compile or self.fixed, **budget)
+            except ValueError as e:
+                raise InputError(f"{where}: {e}") from None
+            # (predicted tokens, [CLS]) entries per micro-batch under fixed shapes: from the plan, the same on every rank
+            fixed = fixed_counts(plan, reader.mask_config.mask_prob, parts) if self.fixed else None
+            self.phases.append(_Phase(reader, plan, max_len, fixed))
         self.global_batch = f"{cfg.tokens_per_batch} tokens" if cfg.tokens_per_batch else f"{cfg.batch_size * parts} rows"
-        # (predicted tokens, [CLS]) entries per micro-batch under fixed shapes: from the plan, the same on every rank
-        self.fixed_counts = fixed_counts(self.plan, train.mask_config.mask_prob, parts) if self.fixed else None
-        self.workers = workers = cfg.num_workers if cfg.num_workers >= 0 else default_workers()
-        self.loader = torch.utils.data.DataLoader(
-            PretrainingDataset(train, cfg.seed, cfg.pack, nsp=self.nsp, fixed=self.fixed_counts),
-            sampler=StepSampler(self.plan, start, 10**12, dist.world, dist.rank, cfg.grad_accum), batch_size=None,
-            num_workers=workers, pin_memory=self.cuda, persistent_workers=False, prefetch_factor=4 if workers else None,
+        self.fixed_counts = self.phases[0].fixed
+        self.workers = cfg.num_workers if cfg.num_workers >= 0 else default_workers()
+        self.held_out = eval_batches(valid, cfg.eval_instances, max(cfg.batch_size, 64), cfg.seed, nsp=self.nsp) if dist.main else []
+
+    @property
+    def phase(self) -> "_Phase":
+        return self.phases[1] if self.long_from is not None else self.phases[0]
+
+    @property
+    def phase_step(self) -> int:
+        """This step's global batch within its phase's plan (the long phase starts its plan at 0)."""
+        return self.step_no - (self.long_from or 0)
+
+    def _loader(self):
+        """The DataLoader of the current phase, from the current step."""
+        import torch
+
+        from korbert.data import PretrainingDataset, StepSampler
+
+        cfg, dist, ph = self.cfg, self.dist, self.phase
+        return torch.utils.data.DataLoader(
+            PretrainingDataset(ph.reader, cfg.seed, cfg.pack, nsp=self.nsp, fixed=ph.fixed),
+            sampler=StepSampler(ph.plan, self.phase_step, 10**12, dist.world, dist.rank, cfg.grad_accum), batch_size=None,
+            num_workers=self.workers, pin_memory=self.cuda, persistent_workers=False, prefetch_factor=4 if self.workers else None,
             generator=torch.Generator(),  # keeps the loader from drawing on the global RNG (exact resume)
         )
-        self.held_out = eval_batches(valid, cfg.eval_instances, max(cfg.batch_size, 64), cfg.seed, nsp=self.nsp) if dist.main else []
+
+    def _long_phase_due(self) -> bool:
+        """Whether the long phase starts at this step: the first step at which the budget's progress
+        reaches 1 - --long-phase (the same on every rank: steps, tokens and the agreed clock)."""
+        return len(self.phases) > 1 and self.long_from is None and self.progress() >= 1 - self.cfg.long_phase
 
     # -- the loop
     def progress(self) -> float:
@@ -647,7 +729,7 @@ class Trainer:
         self.gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_grad) if self.cfg.clip_grad > 0 else None
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        tokens, attended = self.plan.token_stats(self.step_no)
+        tokens, attended = self.phase.plan.token_stats(self.phase_step)
         self.tokens += tokens
         self.interval_tokens += tokens
         self.interval_attended += attended
@@ -673,7 +755,7 @@ class Trainer:
             **({"nsp_loss": round(nsp, 5)} if self.nsp else {}),
             "mlm_acc": round(tot[1] / max(tot[2], 1), 5), **({"nsp_acc": round(tot[4] / max(tot[5], 1), 5)} if self.nsp else {}),
             "lr": self.lr, "tokens_per_s": round(tps, 1), "seconds": round(self.seconds, 2),
-            "padding": round(1 - self.interval_tokens / max(1, self.padded * dist.world), 4),
+            "padding": round(1 - self.interval_tokens / max(1, self.padded * dist.world), 4), "seq_len": self.phase.max_len,
         }
         if self.gnorm is not None:
             rec["grad_norm"] = round(float(self.gnorm), 4)
@@ -720,6 +802,7 @@ class Trainer:
             return
         state = {
             "step": self.step_no, "tokens": self.tokens, "seconds": self.seconds, "run_key": self.key, "warm_end": self.warm_end,
+            "long_from": self.long_from,
             "model_config": self.mcfg.to_dict(), "world": self.dist.world,
         }
         buf = io.BytesIO()
@@ -748,7 +831,7 @@ class Trainer:
         self._reset_interval()
         self.bar = tqdm(total=cfg.max_steps or None, initial=self.step_no, desc="pretrain", unit="step", disable=None if dist.main else True, file=sys.stderr)
         kill_at = int(os.environ.get("KORBERT_TEST_KILL_AT_STEP", "0"))  # tests: SIGKILL ourselves after this step
-        it = iter(self.loader)
+        it = iter(self._loader())
         self.model.train()
         self.seconds_at_start, self.t_start, self.excluded = self.seconds, time.time(), 0.0
         self.agreed = AgreedClock(self.seconds)
@@ -757,6 +840,12 @@ class Trainer:
             done = self.progress() >= 1
             while not done:
                 self.t_step = time.time()
+                if self._long_phase_due():
+                    self.long_from = self.step_no
+                    del it  # the short phase's workers stop
+                    it = iter(self._loader())
+                    if dist.main:
+                        self.bar.write(f"step {self.step_no}: long phase, rows of {self.long_len} tokens from {cfg.long_shards}")
                 self.step([next(it) for _ in range(cfg.grad_accum)])
                 self.bar.update(1)
                 done = self.progress() >= 1  # the same on every rank: steps, tokens and the agreed clock
@@ -778,6 +867,9 @@ class Trainer:
             "run_key": self.key, "step": self.step_no, "tokens": self.tokens, "seconds": round(self.seconds, 1), "parameters": self.n_params,
             "eval": self.last_eval, "model_size": cfg.model_size, "config": self.run_cfg, "shards_key": sm["key"],
             "shards_path": str(cfg.shards), "model_config": self.mcfg.to_dict(), "objective": cfg.objective,
+            # the longest sequence pretraining trained (positions past it are as initialized): fine-tuning checks it
+            "trained_seq_len": self.long_len if self.long_from is not None else self.max_len,
+            **({"long_shards_key": self.long_manifest["key"], "long_from_step": self.long_from} if self.long_manifest else {}),
             **({} if self.nsp else {"untrained": [f"{p}*" for p in UNTRAINED_WITHOUT_NSP]}),
         }
 

@@ -355,3 +355,28 @@ def test_baseline_on_the_sample_beats_chance(tmp_path):
         assert sum(a[1] == a[2] for a in rows) / 1000 == pytest.approx(r["metrics"][f"accuracy_{kind}"])
     assert r["config"]["c"] == 2.0 and r["config"]["char_ngrams"] == [1, 4]
     read_manifest(tmp_path, "eval", verify=True)
+
+
+def test_fine_tuning_past_the_trained_positions_is_refused(model_dir, tmp_path, one_thread):
+    """A korbert export whose manifest says it was pretrained on 128 tokens: KorQuAD windows of 384
+    are refused (naming both numbers and the two ways out); --allow-untrained-positions, windows
+    within 128 and the control (random everywhere) go on. NSMC-R reviews likewise."""
+    from evals.korquad import KorquadConfig, main
+    from evals.nsmc import NsmcConfig, main as nsmc_main
+
+    folder = tmp_path / "model128"
+    shutil.copytree(model_dir, folder)
+    m = json.loads((folder / "manifest.json").read_text()) if (folder / "manifest.json").exists() else {}
+    (folder / "manifest.json").write_text(json.dumps({**m, "trained_seq_len": 128}))
+
+    def run(out, **kw):
+        return main(KorquadConfig(model=str(folder), out=str(tmp_path / out), max_train_examples=8, max_eval_examples=5,
+                                  epochs=1, batch_size=8, device="cpu", seed=3, threads=1, **kw))
+
+    with pytest.raises(InputError, match=r"--max-len 384 is longer than the 128 tokens .*--long-shards.*--max-len 128 --stride 32 --max-query-len 40"):
+        run("a")
+    assert run("b", allow_untrained_positions=True)["config"]["max_len"] == 384
+    assert run("c", max_len=128, stride=32, max_query_len=40)["config"]["max_len"] == 128
+    assert run("d", control=True)["config"]["max_len"] == 384
+    with pytest.raises(InputError, match="--max-len 200 is longer than the 128 tokens"):
+        nsmc_main(NsmcConfig(model=str(folder), out=str(tmp_path / "n"), max_len=200, device="cpu"))

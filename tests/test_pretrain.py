@@ -502,3 +502,67 @@ def test_torch_floor_has_the_names_the_loop_uses():
     floor = re.search(r'"torch>=([\d.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
     assert tuple(int(x) for x in floor.split(".")[:2]) >= (2, 7), floor
     assert hasattr(torch._dynamo.config, "recompile_limit") and issubclass(torch.OutOfMemoryError, RuntimeError)
+
+
+@pytest.fixture(scope="module")
+def long_shards_dir(tmp_path_factory, vocab_dir, corpus_file) -> Path:
+    """The same corpus and tokenizer as `shards_dir`, at max_seq_len 256: the long phase's shards."""
+    from corpus_tools.shards import ShardsConfig, main as shards_main
+
+    out = tmp_path_factory.mktemp("shards256")
+    shards_main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(corpus_file)], out=str(out), valid_fraction=0.05, show=0, seed=1, max_seq_len=256))
+    return out
+
+
+def test_long_phase_switches_at_the_planned_step_trains_the_positions_and_resumes_exactly(shards_dir, long_shards_dir, tmp_path):
+    """--long-shards (256 tokens) with --long-phase 0.3 of 10 steps: steps 0-6 equal a run without it,
+    steps 7-9 read rows of 256 tokens with the same tokens per step, positions 128..255 move away from
+    their initialization (without the phase they only shrink by weight decay), final/manifest.json says
+    256; a run killed inside the long phase, and one killed before the switch, resume exactly."""
+    from safetensors.torch import load_file
+
+    from korbert.model import KorBertForPreTraining
+
+    common = dict(tokens_per_batch=2048, pack=True, lr=3e-3, warmup=2, num_workers=1)
+    short = main(cfg(shards_dir, tmp_path / "short", **common))
+    whole = main(cfg(shards_dir, tmp_path / "whole", long_shards=str(long_shards_dir), long_phase=0.3, **common))
+    log = [json.loads(line) for line in (tmp_path / "whole" / "log.jsonl").read_text().splitlines()]
+    assert [r["seq_len"] for r in log] == [128] * 7 + [256] * 3
+    assert losses(tmp_path / "whole")[:7] == losses(tmp_path / "short")[:7] and losses(tmp_path / "whole")[7:] != losses(tmp_path / "short")[7:]
+    assert all(r["tokens"] - p["tokens"] <= 2048 for p, r in zip(log, log[1:]))
+    assert whole["trained_seq_len"] == 256 and short["trained_seq_len"] == 128 and whole["long_from_step"] == 7
+    assert json.loads((tmp_path / "whole" / "final" / "manifest.json").read_text())["trained_seq_len"] == 256
+
+    torch.manual_seed(3)  # the run's initialization (seed 3, the same model config)
+    from transformers import BertConfig
+
+    init = KorBertForPreTraining(BertConfig.from_dict(whole["model_config"])).bert.embeddings.position_embeddings.weight.detach()
+    key = "bert.embeddings.position_embeddings.weight"
+    moved = {r: (load_file(str(tmp_path / r / "final" / "model.safetensors"))[key][128:256] - init[128:256]).abs().mean().item() for r in ("short", "whole")}
+    assert moved["whole"] > 10 * moved["short"], moved
+
+    for kill in ("9", "5"):  # inside the long phase (checkpoint at 8), and before the switch (checkpoint at 4)
+        broken = cfg(shards_dir, tmp_path / f"broken{kill}", long_shards=str(long_shards_dir), long_phase=0.3, **common)
+        p = _run_cli(_args(broken), env={"KORBERT_TEST_KILL_AT_STEP": kill})
+        assert p.returncode == -9, p.stderr[-2000:]
+        main(broken)
+        assert losses(tmp_path / f"broken{kill}") == losses(tmp_path / "whole"), kill
+        a, b = weights(tmp_path / "whole"), weights(tmp_path / f"broken{kill}")
+        assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_long_shards_are_checked(shards_dir, long_shards_dir, tmp_path):
+    with pytest.raises(InputError, match="not longer"):
+        main(cfg(shards_dir, tmp_path / "a", long_shards=str(shards_dir)))
+    with pytest.raises(InputError, match="--long-phase must be in"):
+        main(cfg(shards_dir, tmp_path / "b", long_shards=str(long_shards_dir), long_phase=1.0))
+
+
+def test_run_key_reads_500_and_500_0_as_one_setting():
+    """A float setting given as an int (a config file's `"warmup": 500`, a call's warmup=2) and as the
+    command line's float (500.0) is the same run: resuming one with the other was refused as "another run"."""
+    from korbert.pretrain import _run_key
+
+    a, b = PretrainConfig(warmup=500, lr=1), PretrainConfig(warmup=500.0, lr=1.0)
+    assert _run_key(a, "s", "t", 1, "fp32", False) == _run_key(b, "s", "t", 1, "fp32", False)
+    assert _run_key(a, "s", "t", 1, "fp32", False) != _run_key(PretrainConfig(warmup=501), "s", "t", 1, "fp32", False)
