@@ -11,7 +11,7 @@ TINY = [
     "pretrain.model_size=tiny", "pretrain.override=hidden_size=64,num_hidden_layers=2,num_attention_heads=2,intermediate_size=128",
     "pretrain.max_steps=8", "pretrain.batch_size=16", "pretrain.eval_instances=64", "pretrain.log_every=2", "pretrain.num_workers=0",
     "nsmc.max_train_examples=200", "nsmc.valid_size=100", "nsmc.max_eval_examples=200", "nsmc.batch_size=32",
-    "korquad.max_train_examples=24", "korquad.max_eval_examples=20", "korquad.max_len=192", "korquad.stride=64", "korquad.epochs=1",
+    "korquad.max_train_examples=24", "korquad.max_eval_examples=20", "korquad.max_len=128", "korquad.stride=32", "korquad.epochs=1",
     "baseline.max_train_examples=2000", "baseline.max_eval_examples=500",
 ]
 
@@ -124,3 +124,22 @@ def test_torchrun_ranks_wait_for_rank_0s_preprocessing_on_every_launch(tmp_path)
             cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=120,
         )
         assert p.returncode == 0, p.stderr[-3000:]
+
+
+def test_presets_wire_the_long_phase_and_windows_within_the_trained_length(tmp_path):
+    """The GPU presets build 512-token shards and give them to pretraining's last 10%; demo and cpu
+    pretrain at 128 and fine-tune KorQuAD in windows of 128; `--set shards_long.max_seq_len=256` turns
+    the long phase on anywhere."""
+    from korbert.recipe import _stage_configs
+
+    def stages(preset, *sets):
+        return _stage_configs(RecipeConfig(preset=preset, out=str(tmp_path / preset), set=list(sets)))["cfgs"]
+
+    gpu = stages("gpu-small")
+    assert gpu["shards_long"].max_seq_len == 512 and gpu["shards_long"].out == str(tmp_path / "gpu-small" / "shards-long")
+    assert gpu["pretrain"].long_shards == gpu["shards_long"].out and gpu["pretrain"].long_phase == 0.1
+    for preset in ("demo", "cpu"):
+        c = stages(preset)
+        assert "shards_long" not in c and not c["pretrain"].long_shards and c["korquad"].max_len <= c["shards"].max_seq_len
+    on = stages("demo", "shards_long.max_seq_len=256")
+    assert on["pretrain"].long_shards and on["shards_long"].instances == on["shards"].instances == "packed"
