@@ -15,8 +15,11 @@ Same inputs + same options -> byte-identical spm.model, tokenizer.json and token
 
 from __future__ import annotations
 
+import hashlib
+import heapq
 import io
 import random
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -30,6 +33,8 @@ from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_
 SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
 DELIM = "\x1f"  # unit separator: a control character, so cleaning guarantees it is not in the text
 FORMAT_VERSION = 1
+SAMPLE_MARGIN = 1.25  # documents are sampled until their estimated sentences are this many times --max-sentences
+SAMPLING = "documents-by-key-1"  # how the training sentences are drawn (in the config: a vocabulary drawn otherwise is other work)
 
 
 @dataclass
@@ -45,7 +50,10 @@ class VocabConfig:
     model_type: str = C.field("unigram", "SentencePiece model type", choices=["unigram", "bpe"])
     num_unused: int = C.field(100, "number of [unusedN] tokens reserved after the specials")
     character_coverage: float = C.field(0.9995, "share of characters covered by pieces; the rest use byte fallback")
-    max_sentences: int = C.field(2_000_000, "sentences SentencePiece trains on (a seeded random sample beyond that)")
+    max_sentences: int = C.field(
+        2_000_000, "sentences SentencePiece trains on. Documents are sampled first (seeded, whole documents, about 1.25x this "
+        "many sentences by punctuation), so Kiwi analyzes only the sample; beyond this many, a seeded sample of its sentences",
+    )
     text_field: list[str] = C.field(["title", "text"], "JSON Lines field(s) holding the text (joined by a newline)")
     one_doc_per_line: bool = C.field(False, "plain text: every line is a document (default: blank-line separated)")
     seed: int = C.field(0, "seed for the sentence sample")
@@ -80,6 +88,61 @@ def segmented_sentences(texts: list[str], threads: int) -> list[str]:
     return lines
 
 
+_SENTENCE_END = re.compile(r"[.!?…。]+[\"'”’)\]]*(?:\s|$)|\n+")
+
+
+def estimate_sentences(text: str) -> int:
+    """Sentences in a document by its punctuation and line breaks: no Kiwi, a guess that sizes the sample."""
+    t = text.rstrip()
+    ends = len(_SENTENCE_END.findall(t))
+    return max(1, ends + (not _SENTENCE_END.search(t[-1:])))  # + the last sentence when it has no ending mark
+
+
+def doc_key(seed: int, sha256: str, ordinal: int) -> int:
+    """A document's place in the sample order: a hash of the seed, its file's content and its ordinal
+    in that file, so the sample depends on neither the order of the inputs nor their paths."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{sha256}:{ordinal}".encode(), digest_size=8).digest(), "little")
+
+
+def sample_documents(files: list, inputs: list[dict], cfg: "VocabConfig", stats: ReadStats) -> tuple[list[str], int]:
+    """Read every document once (no Kiwi) and keep a seeded sample of whole documents: those with the
+    smallest `doc_key`s, as few as hold an estimated SAMPLE_MARGIN x --max-sentences sentences (all of
+    them in a smaller corpus). -> (the sample's cleaned texts in input order, characters read).
+    Memory is the sample's size, not the corpus's."""
+    from tqdm import tqdm
+
+    target = int(cfg.max_sentences * SAMPLE_MARGIN)
+    heap: list[tuple] = []  # (-key, file, ordinal, text, estimated sentences): the largest key on top
+    kept = chars = 0
+    current, ordinal, n = -1, 0, 0
+    bar = tqdm(desc="read", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
+    for where, raw in iter_documents(files, text_field=cfg.text_field, one_doc_per_line=cfg.one_doc_per_line, stats=stats):
+        if stats.files - 1 != current:
+            current, ordinal = stats.files - 1, 0
+        ordinal += 1  # the document's identity: its file's sha256 and this ordinal
+        n += 1
+        if n % 4096 == 0:
+            bar.update(4096)
+            bar.set_postfix(MB=f"{stats.bytes / 1e6:.1f}", sampled=len(heap))
+        text = clean(raw)
+        if not text:
+            stats.skip("empty", where)
+            continue
+        stats.documents_out += 1
+        chars += len(text)
+        key = doc_key(cfg.seed, inputs[current]["sha256"], ordinal)
+        if kept >= target and key > -heap[0][0]:
+            continue  # later in the order than the whole sample: never kept
+        est = estimate_sentences(text)
+        heapq.heappush(heap, (-key, current, ordinal, text, est))
+        kept += est
+        while kept - heap[0][4] >= target:  # the latest document is not needed to reach the target
+            kept -= heapq.heappop(heap)[4]
+    bar.update(n % 4096)
+    bar.close()
+    return [item[3] for item in sorted(heap, key=lambda item: (item[1], item[2]))], chars
+
+
 def _same_work(old: dict, config: dict, inputs: list[dict]) -> bool:
     """Up to date = same options and same input *contents* (a path spelled another way is the same file)."""
     def content(i):
@@ -98,7 +161,7 @@ def main(cfg: VocabConfig) -> dict:
     threads = cfg.threads or default_threads()
     files = expand_inputs(cfg.inputs)
     inputs = [file_record(f) for f in files]
-    config = {**C.to_dict(cfg), "threads": threads, "kiwi": DEFAULT_KIWI}
+    config = {**C.to_dict(cfg), "threads": threads, "kiwi": DEFAULT_KIWI, "sampling": SAMPLING}
     config.pop("force"), config.pop("show"), config.pop("out")
     if not cfg.force and (out / "manifest.json").is_file():
         old = read_manifest(out, "vocab")
@@ -108,51 +171,37 @@ def main(cfg: VocabConfig) -> dict:
 
     t0 = time.time()
     stats = ReadStats()
+    docs, chars = sample_documents(files, inputs, cfg, stats)
+    t_read = time.time() - t0
+    sampled_chars = sum(len(t) for t in docs)
     rng = random.Random(cfg.seed)
     lines: list[str] = []
     seen = 0
-    chars = 0
-    batch: list[str] = []
-    bar = tqdm(desc="kiwi", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
-
-    def flush() -> None:
-        nonlocal seen
+    bar = tqdm(total=len(docs), desc="kiwi (sample)", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
+    for i in range(0, len(docs), cfg.batch_docs):
+        batch = docs[i : i + cfg.batch_docs]
         for line in segmented_sentences(batch, threads):
             seen += 1
             if len(lines) < cfg.max_sentences:
                 lines.append(line)
-            else:  # reservoir sample: every sentence is kept with the same probability
+            else:  # reservoir sample: every sentence of the sample is kept with the same probability
                 j = rng.randrange(seen)
                 if j < cfg.max_sentences:
                     lines[j] = line
         bar.update(len(batch))
-        bar.set_postfix(MB=f"{stats.bytes / 1e6:.1f}", sents=seen)
-        batch.clear()
-
-    for where, raw in iter_documents(files, text_field=cfg.text_field, one_doc_per_line=cfg.one_doc_per_line, stats=stats):
-        text = clean(raw)
-        if not text:
-            stats.skip("empty", where)
-            continue
-        stats.documents_out += 1
-        chars += len(text)
-        batch.append(text)
-        if len(batch) >= cfg.batch_docs:
-            flush()
-    if batch:
-        flush()
+        bar.set_postfix(sents=seen)
     bar.close()
     if not lines:
         raise InputError(
             f"no usable text in {', '.join(map(str, cfg.inputs))}: {stats.documents_in} documents read, "
             f"skipped {dict(stats.skipped) or 'none'}"
         )
-    t_kiwi = time.time() - t0
+    t_kiwi = time.time() - t0 - t_read
     for line in lines[: cfg.show]:
         print("  " + line.replace(DELIM, " + ").strip())
 
     model_bytes = train_spm(lines, cfg, threads)
-    t_spm = time.time() - t0 - t_kiwi
+    t_spm = time.time() - t0 - t_read - t_kiwi
 
     from korbert.tokenizer import SPM_FILE, KorBertTokenizer
 
@@ -166,9 +215,12 @@ def main(cfg: VocabConfig) -> dict:
     counts = {
         **stats.as_dict(),
         "characters": chars,
+        "documents_sampled": len(docs),
+        "characters_sampled": sampled_chars,
         "sentences": seen,
         "sentences_trained_on": len(lines),
         "vocab_size": len(tok),
+        "seconds_read": round(t_read, 1),
         "seconds_kiwi": round(t_kiwi, 1),
         "seconds_sentencepiece": round(t_spm, 1),
     }
@@ -184,7 +236,7 @@ def main(cfg: VocabConfig) -> dict:
     )
     skipped = sum(stats.skipped.values())
     print(
-        f"vocab: {len(tok)} tokens from {seen} sentences of {stats.documents_out} documents "
+        f"vocab: {len(tok)} tokens from {seen} sentences of {len(docs)} sampled documents of {stats.documents_out} "
         f"({skipped} skipped{': ' + str(dict(stats.skipped)) if skipped else ''}) "
         f"in {time.time() - t0:.1f}s -> {out} (tokenizer {manifest['tokenizer_hash'][:12]})"
     )

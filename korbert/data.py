@@ -258,7 +258,7 @@ def make_batch(
     packed: whether rows may hold several instances (default: whether any does); a Python bool
     T = length (default: the longest row). `fixed` = (M, N): the two lists are padded to these sizes
     (entries with label -100 at position 0, which carry no loss), so every batch has one shape; a
-    batch that needs more gets the next multiple of 64 (a second shape, never a dropped token)."""
+    batch that needs more gets the next size of a x1.25 ladder (another shape, never a dropped token)."""
     counts = np.fromiter((len(r) for r in rows), np.int64, len(rows))
     index = np.concatenate([np.asarray(r, np.int64) for r in rows]) if counts.sum() else np.zeros(0, np.int64)
     n_rows, n = len(rows), len(index)
@@ -294,8 +294,9 @@ def make_batch(
     m = len(targets)
     if fixed is not None:
         for (p, lab), size in zip((("mlm_positions", "mlm_labels"), ("nsp_positions", "nsp_labels")), fixed):
-            have = len(out[p])
-            want = size if have <= size else -(-have // 64) * 64
+            have, want = len(out[p]), size
+            while want < have:  # a rare batch that outgrows the count: the next of a few sizes (x1.25), one graph each
+                want = -(-int(want * 1.25) // 64) * 64
             out[p] = np.concatenate((out[p], np.zeros(want - have, np.int64)))
             out[lab] = np.concatenate((out[lab].astype(np.int64), np.full(want - have, IGNORE, np.int64)))
     packed = bool((counts > 1).any()) if packed is None else packed

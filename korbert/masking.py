@@ -35,12 +35,17 @@ def instance_keys(seed: int, epoch: int, instances: np.ndarray) -> np.ndarray:
     return splitmix64(head ^ np.asarray(instances, np.uint64))
 
 
-def draws(keys: np.ndarray, positions: np.ndarray, stream: int) -> np.ndarray:
-    """float64 uniforms for tokens at `positions` (within their instance) of instances with `keys`
+def raw_draws(keys: np.ndarray, positions: np.ndarray, stream: int) -> np.ndarray:
+    """uint64 random numbers for tokens at `positions` (within their instance) of instances with `keys`
     (the same length); stream 0: unit order, 1: [MASK]/keep/random, 2: the random piece."""
     with np.errstate(over="ignore"):
         c = keys ^ (np.asarray(positions, np.uint64) * np.uint64(4) + np.uint64(stream)) * GOLDEN
-    return to_unit(splitmix64(c))
+    return splitmix64(c)
+
+
+def draws(keys: np.ndarray, positions: np.ndarray, stream: int) -> np.ndarray:
+    """`raw_draws` as float64 uniforms in [0, 1)."""
+    return to_unit(raw_draws(keys, positions, stream))
 
 
 def special_mask(ids: np.ndarray) -> np.ndarray:
@@ -77,10 +82,11 @@ def mask_batch(
     ustart = np.flatnonzero(first)  # [U] index into cand of each unit's first token
     usize = np.diff(np.append(ustart, cand.size))  # [U]
     uinst = ci[ustart]  # [U] instances, ascending
-    ukey = draws(keys[uinst], cand[ustart] - starts[uinst], 0)
+    ukey = raw_draws(keys[uinst], cand[ustart] - starts[uinst], 0)
 
-    # the units of each instance in random order (sort by instance + key; keys are in [0, 1))
-    order = np.argsort(uinst + ukey, kind="stable")
+    # the units of each instance in random order: by instance, then by key (exact 64-bit keys: the
+    # order within an instance never depends on where it sits in the batch)
+    order = np.lexsort((ukey, uinst))
     s = usize[order]
     cum = np.cumsum(s)
     ufirst = np.searchsorted(uinst, np.arange(n))  # [n] first unit (in sorted order) of each instance

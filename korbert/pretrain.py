@@ -107,11 +107,11 @@ class PretrainConfig:
     fixed_shapes: str = C.field(
         "auto", "on: every micro-batch has one shape (packed rows of max_seq_len, the predicted-token and [CLS] lists padded "
         "to counts from the batch plan), so --compile makes one graph (fullgraph, static shapes) and CUDA graphs become "
-        "possible (--compile-mode reduce-overhead); needs --pack and --tokens-per-batch; auto: on with --compile --pack",
+        "possible (--compile-mode reduce-overhead); needs --pack; auto: on with --compile --pack",
         choices=["auto", "on", "off"],
     )
     compile_mode: str = C.field("default", "torch.compile mode; reduce-overhead: CUDA graphs (needs fixed shapes)", choices=["default", "reduce-overhead", "max-autotune"])
-    num_workers: int = C.field(-1, "DataLoader worker processes per process (-1: the CPU cores / processes on this machine, minus 1)")
+    num_workers: int = C.field(-1, "DataLoader worker processes per process (-1: on GPUs the CPU cores / processes on this machine, minus 1; on a CPU 1)")
     resume: bool = C.field(True, "continue from out/ckpt.pt when it holds this same run")
     force: bool = C.field(False, "discard what `out` holds and start over")
     replace: bool = C.field(False, "when `out` holds a run with other settings, start over instead of refusing (same settings: resumed)")
@@ -208,11 +208,17 @@ class _Dist:
             dist.destroy_process_group()
 
 
-def default_workers() -> int:
-    """DataLoader workers per process when not given: the CPU cores this process may use, shared by the
-    processes of this machine (torchrun's LOCAL_WORLD_SIZE), less one for the training process itself."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")) - 1)
+def default_workers(cuda: bool = True) -> int:
+    """DataLoader workers per process when not given. On GPUs: the CPU cores this process may use,
+    shared by the processes of this machine (torchrun's LOCAL_WORLD_SIZE; not when the launcher
+    already pinned each process to its own cores), less one for the training process itself. On a
+    CPU the training process's own threads use the cores: one worker."""
+    if not cuda:
+        return 1
+    total = os.cpu_count() or 1
+    mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else total
+    shared = mine == total  # not pinned: the local processes share the machine's cores
+    return max(0, mine // (int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if shared else 1) - 1)
 
 
 def cpu_has_bf16() -> bool:
@@ -228,14 +234,17 @@ def resolve_precision(want: str, cuda: bool) -> str:
     return "bf16" if cuda or cpu_has_bf16() else "fp32"
 
 
-def _run_key(cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int, precision: str, cuda: bool, long_key: str = "") -> str:
+def _run_key(
+    cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int, precision: str, cuda: bool, long_key: str = "", dynamic: bool = True,
+) -> str:
     speed_only = ("out", "device", "compile", "compile_mode", "fixed_shapes", "num_workers", "resume", "force", "replace", "log_every", "save_every")
     ident = {k: v for k, v in C.to_dict(cfg).items() if k not in speed_only}
     for f in dataclasses.fields(cfg):  # --warmup 500 on the command line is 500.0, 500 in a config file or a call: one run
         if f.type == "float" and f.name in ident:
             ident[f.name] = float(ident[f.name])
     ident["precision"] = precision  # what runs, not what was asked ("auto")
-    ident["masking"] = MASKING_VERSION  # masks drawn another way: not the same run (never resumed across)
+    if dynamic:  # masks drawn another way: not the same run (never resumed across); static shards hold theirs
+        ident["masking"] = MASKING_VERSION
     if cfg.long_shards:
         ident["long_shards"] = long_key  # by content, as the shards
     else:
@@ -421,7 +430,7 @@ class Trainer:
             raise InputError("--compile-mode reduce-overhead (CUDA graphs) needs --compile and fixed shapes (--pack)")
         self.precision = resolve_precision(cfg.precision, self.cuda)
         long_key = self.long_manifest["key"] if self.long_manifest else ""
-        self.key = key = _run_key(cfg, sm["key"], sm["tokenizer_hash"], dist.world, self.precision, self.cuda, long_key)
+        self.key = key = _run_key(cfg, sm["key"], sm["tokenizer_hash"], dist.world, self.precision, self.cuda, long_key, sm["config"]["masking"] == "dynamic")
         if self.final.exists() and not cfg.force:
             try:
                 fm = read_manifest(self.final, "model")
@@ -435,7 +444,10 @@ class Trainer:
             valid = open_shards(cfg.shards, sm["tokenizer_hash"], "valid", verify=False)
         except ValueError as e:
             raise InputError(f"--shards {cfg.shards}: {e}") from None
-        long_train = open_shards(cfg.long_shards, sm["tokenizer_hash"], "train", verify=False) if cfg.long_shards else None
+        try:
+            long_train = open_shards(cfg.long_shards, sm["tokenizer_hash"], "train", verify=False) if cfg.long_shards else None
+        except ValueError as e:
+            raise InputError(f"--long-shards {cfg.long_shards}: {e}") from None
         # every rank hashes 1/world of the training files (one rank hashing them all can outlast NCCL's timeout)
         mine = verify_shards(cfg.shards, sm, "train", dist.rank, dist.world)
         if long_train is not None:
@@ -579,13 +591,17 @@ class Trainer:
             wrapped = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if self.cuda else None)
         if cfg.compile and self.fixed:  # one shape: one graph, whole (DDP splits it at its buckets)
             mode = None if cfg.compile_mode == "default" else cfg.compile_mode
+            import torch._dynamo
+
+            # a micro-batch that outgrows the fixed counts (rare), and the long phase, add a shape each
+            torch._dynamo.config.recompile_limit = max(16, torch._dynamo.config.recompile_limit)
             wrapped = torch.compile(wrapped, fullgraph=self.dist.world == 1, dynamic=False, mode=mode)
         elif cfg.compile:
             import torch._dynamo
 
             # rows x length come in a few buckets (korbert.data) and the index lists are marked dynamic
             torch._dynamo.config.recompile_limit = max(32, torch._dynamo.config.recompile_limit)
-            wrapped = torch.compile(wrapped)
+            wrapped = torch.compile(wrapped, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
         self.model, self.wrapped, self.opt = model, wrapped, opt
 
     def _long_manifest(self, sm: dict) -> dict:
@@ -606,8 +622,12 @@ class Trainer:
             )
         if not 0 < cfg.long_phase < 1:
             raise InputError(f"--long-phase must be in (0, 1), got {cfg.long_phase}")
-        if lm["config"].get("nsp", True) != sm["config"].get("nsp", True) or lm["config"]["masking"] != sm["config"]["masking"]:
-            raise InputError(f"--long-shards {cfg.long_shards}: built with other --nsp or --masking options than --shards")
+        if 0 < cfg.max_steps * cfg.long_phase < 1:
+            raise InputError(f"--long-phase {cfg.long_phase} of --max-steps {cfg.max_steps} is less than one step: the long phase would never start")
+        same = ("nsp", "masking", "mask_prob", "mask_unit", "instances", "single_sentence")
+        differ = [k for k in same if lm["config"].get(k) != sm["config"].get(k)]
+        if differ:
+            raise InputError(f"--long-shards {cfg.long_shards}: built with other {', '.join('--' + k.replace('_', '-') for k in differ)} than --shards")
         return lm
 
     def _build_data(self, train, valid, long_train) -> None:
@@ -633,7 +653,7 @@ class Trainer:
             self.phases.append(_Phase(reader, plan, max_len, fixed))
         self.global_batch = f"{cfg.tokens_per_batch} tokens" if cfg.tokens_per_batch else f"{cfg.batch_size * parts} rows"
         self.fixed_counts = self.phases[0].fixed
-        self.workers = cfg.num_workers if cfg.num_workers >= 0 else default_workers()
+        self.workers = cfg.num_workers if cfg.num_workers >= 0 else default_workers(self.cuda)
         self.held_out = eval_batches(valid, cfg.eval_instances, max(cfg.batch_size, 64), cfg.seed, nsp=self.nsp) if dist.main else []
 
     @property

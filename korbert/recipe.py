@@ -165,8 +165,7 @@ def _stage_configs(cfg: RecipeConfig) -> dict:
             raise InputError(f"{path}: no such file (preset {cfg.preset!r}; pass your own paths with --corpus/--nsmc-train/...)")
     from evals.finetune import open_folder
 
-    for folder in cfg.compare:  # checked before hours of pretraining, not after
-        open_folder(folder, label=f"--compare {folder}")
+    compared = [open_folder(folder, label=f"--compare {folder}") for folder in cfg.compare]  # checked before hours of pretraining
     classes = {"vocab": VocabConfig, "shards": ShardsConfig, "shards_long": ShardsConfig, "pretrain": PretrainConfig, "nsmc": NsmcConfig, "korquad": KorquadConfig, "baseline": BaselineConfig}
     final = str(out / "pretrain" / "final")
     base = {
@@ -188,8 +187,12 @@ def _stage_configs(cfg: RecipeConfig) -> dict:
     cfgs = {}
     for s in STAGES:
         known = {f.name for f in fields(classes[s])}
-        preset = {**p["shards"], **p.get("shards_long", {})} if s == "shards_long" else p[s]  # the long shards: the shards' settings, longer
-        values = {k: v for k, v in {**base[s], **preset, **overrides[s]}.items() if k in known}
+        if s == "shards_long":  # the long shards: the shards' settings (the preset's and --set shards.*), then their own
+            shared = {k: v for k, v in overrides["shards"].items() if k != "out"}
+            values = {**base[s], **p["shards"], **p.get("shards_long", {}), **shared, **overrides[s]}
+        else:
+            values = {**base[s], **p[s], **overrides[s]}
+        values = {k: v for k, v in values.items() if k in known}
         cfgs[s] = classes[s](**values)
     # BERT's second phase when the long shards are longer (the GPU presets: 512): the pretraining's last share reads them
     if cfgs["shards_long"].max_seq_len > cfgs["shards"].max_seq_len:
@@ -197,8 +200,19 @@ def _stage_configs(cfg: RecipeConfig) -> dict:
             cfgs["pretrain"] = replace(cfgs["pretrain"], long_shards=cfgs["shards_long"].out)
     else:
         del cfgs["shards_long"]
+    # windows past the positions pretraining will train are refused by the fine-tuning: say so now, not after hours
+    trained = cfgs["shards_long"].max_seq_len if "shards_long" in cfgs else cfgs["shards"].max_seq_len
+    if cfgs["korquad"].max_len > trained and not cfgs["korquad"].allow_untrained_positions:
+        raise InputError(
+            f"korquad.max_len {cfgs['korquad'].max_len} is longer than the {trained} tokens pretraining trains: set "
+            f"shards_long.max_seq_len=512 (BERT's second phase) or korquad.max_len={trained} (with a stride and max_query_len that fit)"
+        )
     cfgs["nsmc_control"] = replace(cfgs["nsmc"], control=True, out=str(out / "nsmc" / "control"))
     cfgs["korquad_control"] = replace(cfgs["korquad"], control=True, out=str(out / "korquad" / "control"))
+    from evals.finetune import check_trained_positions
+
+    for mf in compared:
+        check_trained_positions(mf, cfgs["korquad"].max_len, cfgs["korquad"].allow_untrained_positions, False, "--set korquad.max_len=...")
     compare = []
     for folder in cfg.compare:
         slug = "compare-" + "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in Path(folder.rstrip("/")).name)
@@ -316,26 +330,33 @@ def main(cfg: RecipeConfig) -> dict:
 
 
 def rank0_first(fn) -> None:
-    """Rank 0 runs fn while the other ranks of a torchrun launch wait, then every rank goes on; one
-    process just runs fn. The wait is on a key in torchrun's own store (MASTER_ADDR:MASTER_PORT),
-    which lives as long as the launch, with a day's timeout (preprocessing can take hours) and no
-    process group (pretraining opens its own, NCCL on GPUs). So a rerun never finds a stale "ready":
-    the marker file this replaces stayed behind, and on a rerun ranks 1..N went on while rank 0 was
-    still rebuilding the shards. If rank 0 fails, torchrun stops the others."""
-    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+    """Rank 0 runs fn while the other ranks of a launch wait, then every rank goes on; one process
+    just runs fn. The wait is on a key in a TCP store that lives as long as the launch: torchrun's
+    own (MASTER_ADDR:MASTER_PORT), or, under launchers without one (srun, mpirun), one that rank 0
+    serves at MASTER_PORT + 1 until every rank has passed. A day's timeout (preprocessing can take
+    hours), no process group (pretraining opens its own, NCCL on GPUs). So a rerun never finds a
+    stale "ready": the marker file this replaces stayed behind, and on a rerun ranks 1..N went on
+    while rank 0 was still rebuilding the shards. If rank 0 fails, the launcher stops the others."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
         fn()
         return
     from datetime import timedelta
 
     import torch.distributed as dist
 
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timedelta(hours=24))
+    rank, host, port = int(os.environ["RANK"]), os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(host, port if agent else port + 1, world_size=world, is_master=not agent and rank == 0, timeout=timedelta(hours=24))
     key = f"korbert/preprocessed/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"  # an elastic restart waits anew
-    if int(os.environ["RANK"]) == 0:
+    if rank == 0:
         fn()
         store.set(key, "done")
+        while store.add(f"{key}/passed", 0) < world - 1:  # the store must outlive every rank's wait
+            time.sleep(0.2)
     else:
         store.wait([key])
+        store.add(f"{key}/passed", 1)
 
 
 def cli(argv: list[str] | None = None) -> dict:

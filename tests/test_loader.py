@@ -10,7 +10,7 @@ import torch
 
 from corpus_tools.shard_format import CLS, IGNORE, MASK, PAD, SEP, open_shards
 from korbert.data import BatchPlan, fixed_counts, instance_lengths, make_batch
-from korbert.masking import draws, instance_keys, mask_batch
+from korbert.masking import instance_keys, mask_batch, raw_draws
 from korbert.model import KorBertForPreTraining, bert_config
 from korbert.pretrain import MODEL_INPUTS
 from conftest import sample_texts, write_jsonl
@@ -65,7 +65,7 @@ def reference_mask(ids, units, key, cfg):
             groups[-1].append(j)
         else:
             groups.append([j])
-    u = draws(np.full(len(groups), key, np.uint64), np.array([g[0] for g in groups]), 0)
+    u = raw_draws(np.full(len(groups), key, np.uint64), np.array([g[0] for g in groups]), 0)
     chosen, left = [], k
     for g in (groups[i] for i in np.argsort(u, kind="stable")):
         if len(g) <= left:
@@ -187,6 +187,14 @@ def test_fixed_shapes_pad_without_loss(dynamic):
             assert abs(float(getattr(oa, f)) - float(getattr(ob, f))) < 1e-5, f
         assert int(oa.mlm_count) == int(ob.mlm_count) and int(oa.nsp_count) == int(ob.nsp_count)
     assert sizes == {fixed}  # one shape
+    epoch, rows, length = plan(0)
+    need = make_batch(dynamic, rows, length, seed=0, epoch=epoch, packed=True)
+    grown = make_batch(dynamic, rows, length, seed=0, epoch=epoch, packed=True, fixed=(64, 8))  # counts too small for this batch
+    ladder = [64]
+    while ladder[-1] < len(need["mlm_labels"]):
+        ladder.append(-(-int(ladder[-1] * 1.25) // 64) * 64)
+    assert len(grown["mlm_labels"]) == ladder[-1] and (grown["mlm_labels"][: len(need["mlm_labels"])] == need["mlm_labels"]).all()
+    assert len(grown["nsp_labels"]) >= len(need["nsp_labels"]) and grown["counts"] == need["counts"]  # nothing dropped
 
 
 def test_mask_batch_on_hand_made_instances():

@@ -450,11 +450,16 @@ def test_ranks_read_the_agreed_clock_one_step_late_without_waiting_on_the_curren
 
 
 def test_loader_workers_default_from_the_machine(monkeypatch):
-    """--num-workers -1: the cores this process may use / the processes on this machine, minus one."""
+    """--num-workers -1 on GPUs: the cores this process may use / the processes on this machine, minus
+    one (not divided again when the launcher pinned each process to its own cores); on a CPU: 1."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert default_workers() == 3 and default_workers(cuda=False) == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))  # pinned: these 4 cores are this rank's
     assert default_workers() == 3
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     assert default_workers() == 15
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     assert default_workers() == 0
@@ -556,6 +561,15 @@ def test_long_shards_are_checked(shards_dir, long_shards_dir, tmp_path):
         main(cfg(shards_dir, tmp_path / "a", long_shards=str(shards_dir)))
     with pytest.raises(InputError, match="--long-phase must be in"):
         main(cfg(shards_dir, tmp_path / "b", long_shards=str(long_shards_dir), long_phase=1.0))
+    with pytest.raises(InputError, match="less than one step"):
+        main(cfg(shards_dir, tmp_path / "c", long_shards=str(long_shards_dir), long_phase=0.05))  # of 10 steps
+    from corpus_tools.shards import ShardsConfig, main as shards_main
+
+    m = json.loads((long_shards_dir / "manifest.json").read_text())
+    other = tmp_path / "by-token"
+    shards_main(ShardsConfig(tokenizer=str(long_shards_dir / "tokenizer"), inputs=[m["inputs"][0]["path"]], out=str(other), show=0, max_seq_len=256, mask_unit="token"))
+    with pytest.raises(InputError, match="built with other --mask-unit than --shards"):
+        main(cfg(shards_dir, tmp_path / "d", long_shards=str(other), long_phase=0.3))
 
 
 def test_run_key_reads_500_and_500_0_as_one_setting():

@@ -143,3 +143,12 @@ def test_presets_wire_the_long_phase_and_windows_within_the_trained_length(tmp_p
         assert "shards_long" not in c and not c["pretrain"].long_shards and c["korquad"].max_len <= c["shards"].max_seq_len
     on = stages("demo", "shards_long.max_seq_len=256")
     assert on["pretrain"].long_shards and on["shards_long"].instances == on["shards"].instances == "packed"
+    eojeol = stages("gpu-small", "shards.mask_unit=eojeol", "shards.out=elsewhere")  # --set shards.* reaches the long shards too
+    assert eojeol["shards_long"].mask_unit == "eojeol" and eojeol["shards_long"].out != "elsewhere"
+    import pytest
+
+    from corpus_tools.text import InputError
+
+    with pytest.raises(InputError, match="korquad.max_len 384 is longer than the 128 tokens"):  # before hours of pretraining
+        stages("demo", "korquad.max_len=384")
+    assert stages("demo", "korquad.max_len=384", "korquad.allow_untrained_positions=true")["korquad"].max_len == 384

@@ -82,3 +82,44 @@ def test_cli_reports_user_errors_without_traceback(tmp_path, capsys):
     assert korbert(["vocab", "--inputs", str(tmp_path / "missing"), "--out", str(tmp_path / "v")]) == 2
     err = capsys.readouterr().err
     assert "error: input not found" in err and "Traceback" not in err
+
+
+def test_only_a_seeded_sample_of_documents_goes_through_kiwi(corpus_file, tmp_path, monkeypatch):
+    """--max-sentences smaller than the corpus: documents are sampled before Kiwi (Kiwi analyzes only
+    the sample), the manifest says how much was read and how much sampled, the same seed and inputs
+    give a byte-identical vocabulary whatever the inputs' order, and another seed another sample."""
+    from corpus_tools import vocab
+
+    analyzed = []
+    real = vocab.segmented_sentences
+    monkeypatch.setattr(vocab, "segmented_sentences", lambda texts, threads: analyzed.extend(texts) or real(texts, threads))
+    half = tmp_path / "half.jsonl"
+    lines = corpus_file.read_text(encoding="utf-8").splitlines(keepends=True)
+    half.write_text("".join(lines[1500:]), encoding="utf-8")
+    first = tmp_path / "first.jsonl"
+    first.write_text("".join(lines[:1500]), encoding="utf-8")
+
+    def build(out, inputs, seed=0):
+        analyzed.clear()
+        m = main(VocabConfig(inputs=[str(p) for p in inputs], out=str(tmp_path / out), vocab_size=1500, num_unused=5, show=0,
+                             max_sentences=1200, seed=seed))
+        return m, list(analyzed)
+
+    a, kiwi_a = build("a", [first, half])
+    b, _ = build("b", [half, first])  # the inputs the other way round: the same documents, the same sample
+    c, kiwi_c = build("c", [first, half], seed=1)
+    n = a["counts"]
+    assert n["documents_used"] == 3040 and n["documents_sampled"] == len(kiwi_a) < 3040 / 2
+    assert n["characters_sampled"] == sum(map(len, kiwi_a)) < n["characters"] / 2
+    assert 1200 <= n["sentences"] and n["sentences_trained_on"] == 1200
+    assert sorted(kiwi_a) != sorted(kiwi_c)
+    assert sha256_file(tmp_path / "a" / "spm.model") != sha256_file(tmp_path / "c" / "spm.model")
+    build("a2", [first, half])
+    assert sha256_file(tmp_path / "a" / "spm.model") == sha256_file(tmp_path / "a2" / "spm.model")
+    assert b["counts"]["documents_sampled"] == n["documents_sampled"] and b["counts"]["characters_sampled"] == n["characters_sampled"]
+
+
+def test_estimate_sentences_counts_endings_and_lines():
+    from corpus_tools.vocab import estimate_sentences
+
+    assert [estimate_sentences(t) for t in ("영화 재밌다", "재밌다. 또 볼래요!", "첫 문장.\n둘째 줄\n셋째?", "3.5점 줬어요")] == [1, 2, 3, 1]
