@@ -27,8 +27,9 @@ SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
 
 def build(checkout: str, a, out: Path) -> dict:
+    out = out.resolve()  # the command runs in the checkout
     env = {**os.environ, "PYTHONPATH": str(Path(checkout).resolve())}
-    cmd = [sys.executable, "-m", "korbert.cli", "vocab", "--inputs", *a.inputs, "--out", str(out), "--max-sentences", str(a.max_sentences),
+    cmd = [sys.executable, "-m", "korbert.cli", "vocab", "--inputs", *(str(Path(i).resolve()) for i in a.inputs), "--out", str(out), "--max-sentences", str(a.max_sentences),
            "--vocab-size", str(a.vocab_size), "--force", "--show", "0"]
     t = time.time()
     p = subprocess.run(cmd, env=env, cwd=checkout, capture_output=True, text=True)
