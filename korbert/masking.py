@@ -22,6 +22,7 @@ from corpus_tools.shard_format import CLS, GOLDEN, PAD, SEP, MaskConfig, mix64, 
 
 MASKING_VERSION = 2  # recorded in the pretraining run key: a checkpoint never resumes with other masks
 EVAL_EPOCH = 0x7661  # the epoch key of the held-out batches' one fixed draw
+INSTANCE_BITS = 24  # a unit's sort key: its instance in the batch (24 bits), then the top 40 bits of its random number
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
     """uint64 -> uint64, elementwise: splitmix64 of state x (wraps mod 2^64)."""
@@ -84,9 +85,12 @@ def mask_batch(
     uinst = ci[ustart]  # [U] instances, ascending
     ukey = raw_draws(keys[uinst], cand[ustart] - starts[uinst], 0)
 
-    # the units of each instance in random order: by instance, then by key (exact 64-bit keys: the
-    # order within an instance never depends on where it sits in the batch)
-    order = np.lexsort((ukey, uinst))
+    # the units of each instance in random order: one sort by instance (the top 24 bits) then the key's
+    # top 40 bits (equal ones, about 1 in 2^40, by position): the order within an instance never
+    # depends on where it sits in the batch
+    if n >= 1 << INSTANCE_BITS:
+        raise ValueError(f"{n} instances in one batch: at most {(1 << INSTANCE_BITS) - 1}")
+    order = np.argsort((uinst.astype(np.uint64) << np.uint64(64 - INSTANCE_BITS)) | (ukey >> np.uint64(INSTANCE_BITS)), kind="stable")
     s = usize[order]
     cum = np.cumsum(s)
     ufirst = np.searchsorted(uinst, np.arange(n))  # [n] first unit (in sorted order) of each instance

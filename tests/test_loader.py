@@ -65,7 +65,7 @@ def reference_mask(ids, units, key, cfg):
             groups[-1].append(j)
         else:
             groups.append([j])
-    u = raw_draws(np.full(len(groups), key, np.uint64), np.array([g[0] for g in groups]), 0)
+    u = raw_draws(np.full(len(groups), key, np.uint64), np.array([g[0] for g in groups]), 0) >> np.uint64(24)  # its top 40 bits
     chosen, left = [], k
     for g in (groups[i] for i in np.argsort(u, kind="stable")):
         if len(g) <= left:
