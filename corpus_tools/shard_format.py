@@ -311,8 +311,10 @@ class ShardReader:
         tokens column's dtype), and "labels" int32 [T] (static) or "unit_ids" [T] (dynamic, by unit)}."""
         index = np.asarray(index, np.int64)
         n = len(index)
-        if n == 0 or not (0 <= int(index.min()) and int(index.max()) < len(self)):
-            raise IndexError(f"{n} instances: none, or out of range ({len(self)} {self.split} instances)")
+        if n == 0:  # a micro-batch of padding rows only
+            return {"lengths": np.zeros(0, np.int64), "b_start": np.zeros(0, np.int64), "nsp": np.zeros(0, np.int64), "input_ids": np.zeros(0, np.int64)}
+        if not (0 <= int(index.min()) and int(index.max()) < len(self)):
+            raise IndexError(f"instances out of range ({len(self)} {self.split} instances)")
         shard = np.searchsorted(self.ends, index, side="right")
         local = index - np.where(shard > 0, self.ends[np.maximum(shard - 1, 0)], 0)
         present = np.unique(shard).tolist()

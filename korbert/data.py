@@ -262,7 +262,7 @@ def make_batch(
     counts = np.fromiter((len(r) for r in rows), np.int64, len(rows))
     index = np.concatenate([np.asarray(r, np.int64) for r in rows]) if counts.sum() else np.zeros(0, np.int64)
     n_rows, n = len(rows), len(index)
-    g = reader.gather(index) if n else {"lengths": np.zeros(0, np.int64), "b_start": np.zeros(0, np.int64), "nsp": np.zeros(0, np.int64), "input_ids": np.zeros(0, np.int64)}
+    g = reader.gather(index)
     lens = g["lengths"]
     first_tok = np.cumsum(lens) - lens  # [n] each instance's first token in the flat list
     row_of = np.repeat(np.arange(n_rows), counts)  # [n]
@@ -277,12 +277,10 @@ def make_batch(
     if "labels" in g:  # static shards: inputs and labels as written
         inputs, predict = g["input_ids"].astype(np.int64), g["labels"] != IGNORE
         targets = g["labels"][predict].astype(np.int64)
-    elif n:
+    else:
         ids = g["input_ids"]
         inputs, predict = mask_batch(ids, lens, instance_keys(seed, epoch, index), g.get("unit_ids"), reader.mask_config)
         targets = ids[predict].astype(np.int64)
-    else:
-        inputs, predict, targets = np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.int64)
     cols = {c: np.zeros(n_rows * t, np.int64) for c in ("input_ids", "token_type_ids", "position_ids", "segments")}
     cols["input_ids"][dest] = inputs
     cols["token_type_ids"][dest] = pos >= np.repeat(g["b_start"], lens)
@@ -307,7 +305,7 @@ def fixed_counts(plan: "BatchPlan", mask_prob: float, parts: int, margin: float 
     """(masked tokens, instances) per micro-batch that hold every micro-batch of epoch 0, from the plan
     alone: an instance of L tokens predicts at most max(1, round(mask_prob x (L - 2))) (all but [CLS] and
     one [SEP] maskable), plus `margin` of that and a multiple of 64, so later epochs (other packings)
-    fit too as a rule (`make_batch` grows a list that does not: a second graph, no lost token)."""
+    fit too as a rule (`make_batch` grows a list that does not: another shape, no lost token)."""
     items, row_ptr, _, batches = plan._epoch(0)
     bound = np.maximum(1, np.rint(mask_prob * np.maximum(plan.lengths - 2, 0))).astype(np.int64)
     row_mask = np.add.reduceat(bound[items], row_ptr[:-1]) if len(items) else np.zeros(0, np.int64)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from corpus_tools.shard_format import CLS, GOLDEN, PAD, SEP, MaskConfig, mix64, to_unit
+from corpus_tools.shard_format import GOLDEN, MaskConfig, mix64, special_mask_of, to_unit
 
 MASKING_VERSION = 2  # recorded in the pretraining run key: a checkpoint never resumes with other masks
 EVAL_EPOCH = 0x7661  # the epoch key of the held-out batches' one fixed draw
 INSTANCE_BITS = 24  # a unit's sort key: its instance in the batch (24 bits), then the top 40 bits of its random number
+
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
     """uint64 -> uint64, elementwise: splitmix64 of state x (wraps mod 2^64)."""
@@ -49,10 +50,6 @@ def draws(keys: np.ndarray, positions: np.ndarray, stream: int) -> np.ndarray:
     return to_unit(raw_draws(keys, positions, stream))
 
 
-def special_mask(ids: np.ndarray) -> np.ndarray:
-    return (ids == CLS) | (ids == SEP) | (ids == PAD)
-
-
 def mask_batch(
     ids: np.ndarray, lengths: np.ndarray, keys: np.ndarray, units: np.ndarray | None, cfg: MaskConfig
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -67,7 +64,7 @@ def mask_batch(
     n, total = len(lengths), int(lengths.sum())
     starts = np.cumsum(lengths) - lengths  # [n] each instance's first token
     inst = np.repeat(np.arange(n), lengths)  # [T]
-    cand = np.flatnonzero(~special_mask(ids))  # maskable tokens, in order
+    cand = np.flatnonzero(~special_mask_of(ids))  # maskable tokens ([CLS]/[SEP]/[PAD] never), in order
     masked = np.zeros(total, bool)
     if cand.size == 0:
         return ids, masked

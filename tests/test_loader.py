@@ -187,6 +187,8 @@ def test_fixed_shapes_pad_without_loss(dynamic):
             assert abs(float(getattr(oa, f)) - float(getattr(ob, f))) < 1e-5, f
         assert int(oa.mlm_count) == int(ob.mlm_count) and int(oa.nsp_count) == int(ob.nsp_count)
     assert sizes == {fixed}  # one shape
+    empty = make_batch(dynamic, [np.zeros(0, np.int64)] * 3, 128, seed=0, epoch=0, packed=True, fixed=fixed)  # a rank's share of padding rows
+    assert empty["counts"] == (0, 0, 0) and (len(empty["mlm_labels"]), len(empty["nsp_labels"])) == fixed and empty["input_ids"].shape == (3, 128)
     epoch, rows, length = plan(0)
     need = make_batch(dynamic, rows, length, seed=0, epoch=epoch, packed=True)
     grown = make_batch(dynamic, rows, length, seed=0, epoch=epoch, packed=True, fixed=(64, 8))  # counts too small for this batch
