@@ -498,7 +498,7 @@ class Trainer:
                 f"pretrain: BERT-{cfg.model_size} ({count / 1e6:.1f}M parameters, L{mcfg.num_hidden_layers}/H{mcfg.hidden_size}/"
                 f"A{mcfg.num_attention_heads}, vocab {mcfg.vocab_size}) on {dev}{f' x {dist.world}' if dist.world > 1 else ''}; "
                 f"{len(train)} training instances, global batch {self.global_batch}{' (packed rows)' if cfg.pack else ''}"
-                f"{', compiled' if cfg.compile else ''}{f', fixed shapes {self.fixed_counts}' if self.fixed else ''}, "
+                f"{', compiled' if cfg.compile else ''}{f', fixed shapes {self.phases[0].fixed}' if self.fixed else ''}, "
                 f"{self.workers} loader worker(s), {self.precision}"
             )
         self.tb = None
@@ -589,8 +589,8 @@ class Trainer:
         wrapped = model
         if self.dist.world > 1:
             wrapped = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if self.cuda else None)
+        mode = None if cfg.compile_mode == "default" else cfg.compile_mode
         if cfg.compile and self.fixed:  # one shape: one graph, whole (DDP splits it at its buckets)
-            mode = None if cfg.compile_mode == "default" else cfg.compile_mode
             import torch._dynamo
 
             # a micro-batch that outgrows the fixed counts (rare), and the long phase, add a shape each
@@ -601,7 +601,7 @@ class Trainer:
 
             # rows x length come in a few buckets (korbert.data) and the index lists are marked dynamic
             torch._dynamo.config.recompile_limit = max(32, torch._dynamo.config.recompile_limit)
-            wrapped = torch.compile(wrapped, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
+            wrapped = torch.compile(wrapped, mode=mode)
         self.model, self.wrapped, self.opt = model, wrapped, opt
 
     def _long_manifest(self, sm: dict) -> dict:
@@ -652,7 +652,6 @@ class Trainer:
             fixed = fixed_counts(plan, reader.mask_config.mask_prob, parts) if self.fixed else None
             self.phases.append(_Phase(reader, plan, max_len, fixed))
         self.global_batch = f"{cfg.tokens_per_batch} tokens" if cfg.tokens_per_batch else f"{cfg.batch_size * parts} rows"
-        self.fixed_counts = self.phases[0].fixed
         self.workers = cfg.num_workers if cfg.num_workers >= 0 else default_workers(self.cuda)
         self.held_out = eval_batches(valid, cfg.eval_instances, max(cfg.batch_size, 64), cfg.seed, nsp=self.nsp) if dist.main else []
 
