@@ -29,8 +29,17 @@ from corpus_tools.text import nfc_with_offsets
 DEFAULT_KIWI = {"model_type": "cong", "typos": None}
 
 
+_THREADS = 0  # set_kiwi_threads: 0 = every core this process may use
+
+
+def set_kiwi_threads(n: int) -> None:
+    """Kiwi threads for this process from now on (a shards worker takes its share of the cores)."""
+    global _THREADS
+    _THREADS = max(0, int(n))
+
+
 def default_threads() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return _THREADS or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
 def get_kiwi(num_workers: int = 0, model_type: str = "cong", typos: str | None = None):

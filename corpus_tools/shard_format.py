@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,7 +193,9 @@ class _Column:
 
     def __init__(self, path: Path, dtype):
         self.path, self.dtype, self.n = path, np.dtype(dtype), 0
-        self.raw_path = path.with_name(f".{path.name}.partial")
+        # one name per attempt: a task that Dask runs again (its worker died, or seemed to) never shares a file
+        self.attempt = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.raw_path = path.with_name(f".{path.name}.{self.attempt}.partial")
         self.raw = open(self.raw_path, "wb")
 
     def append(self, values) -> None:
@@ -202,7 +205,7 @@ class _Column:
 
     def close(self) -> str:
         self.raw.close()
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp = self.path.with_name(f".{self.path.name}.{self.attempt}.tmp")
         header = io.BytesIO()
         np.lib.format.write_array_header_1_0(
             header, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (self.n,)}

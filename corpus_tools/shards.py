@@ -40,18 +40,23 @@ each other (resume), and the first document of a shard has no partner (a one-sen
 is dropped and counted as `unpaired_chunks`; a longer one becomes IsNext). Validation documents
 only ever pair with validation documents.
 
-Determinism and resume. Document i of the input (counting every document the reader yields)
-belongs to part i % num_parts; within a part, the j-th document goes to shard j // docs_per_shard,
-and to the validation split when a hash of (seed, i) falls below `valid_fraction`. Every random
-choice for document i comes from (seed, i) alone: its first `DRAWS` choices from counter-based
-uniforms (`_uniforms`: splitmix64 of seed, i and the draw's number, computed for a whole batch at
-once), any further ones (long documents), the binomials of truncation and the masks from a PCG64
-generator seeded with (seed, i) (`_Draws`; packed and static shards use the generator alone). So
-shard k's bytes depend only on its own documents: same inputs + options -> byte-identical shards,
-whatever was redone. Each
-finished shard (train and valid of one chunk of documents) is recorded with its sha256 in
-`progress.json` (written atomically); a restarted run reads the input again, skips the documents
-of recorded shards without analysing them, and builds the rest. `manifest.json` is written last.
+Pieces, determinism and resume. The inputs are cut into pieces of about `shard_mb` MB
+(corpus_tools/pieces.py: byte ranges of plain files, stretches of a .gz stream), each cut at a
+document boundary; one piece is one task and one shard (train + valid). A document is known by
+its file's sha256 and the byte offset where it starts (`document_key`): it goes to the validation
+split when a hash of (seed, key) falls below `valid_fraction`, and every random choice for it comes
+from (seed, key) alone: its first `DRAWS` choices from counter-based uniforms (`_uniforms`:
+splitmix64 of seed, key and the draw's number, for a whole batch at once), any further ones (long
+documents), the binomials of truncation and the masks from a PCG64 generator seeded with (seed, key)
+(`_Draws`; packed and static shards use the generator alone). So a shard's bytes depend only on its
+piece: the same inputs + options give byte-identical shards in one process (no option), on a local
+Dask cluster (`--workers N`) or on a running one (`--scheduler`), whatever was redone.
+
+The tasks run here one after the other, or on Dask workers (one Kiwi each: Kiwi cannot be
+pickled); this process plans the pieces (it decompresses .gz inputs and hands their pieces out)
+and records each finished one, with its files' sha256, in `progress.json` (written atomically). A
+restarted run skips the recorded pieces whose files are intact and builds the rest; a task whose
+worker dies is run again by Dask. `manifest.json` is written last.
 
 The shard format (columns, dtypes, manifest), its reader and the masking: corpus_tools/shard_format.py.
 """
@@ -66,8 +71,9 @@ import time
 from bisect import bisect_left, bisect_right
 from collections import Counter, deque
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -78,7 +84,9 @@ from corpus_tools.shard_format import (
     mask_stats, mask_tokens, mix64, open_shards, shard_columns, special_mask_of, to_unit,
 )
 from corpus_tools.shard_format import ShardReader, first_normal_id  # noqa: F401  (still importable from here, as before the move)
-from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_documents
+from corpus_tools.morph import default_threads
+from corpus_tools.pieces import Piece, document_key, file_id, is_streamed, ranged_pieces, read_piece, stream_pieces
+from corpus_tools.text import InputError, ReadStats, clean, expand_inputs
 
 SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
 # dynamic masking: the statistics draw masks for the instances of a sample of the documents (the draws cost CPU
@@ -115,7 +123,10 @@ class ShardsConfig:
     )
     nsp: bool = C.field(True, "NSP pairs: segments A + B and an IsNext label; --no-nsp (with --instances packed): one segment per instance, no label, for --objective mlm")
     valid_fraction: float = C.field(0.01, "share of documents held out for validation (by a hash of position and seed)")
-    docs_per_shard: int = C.field(50_000, "input documents per shard (the unit of resume)")
+    shard_mb: float = C.field(
+        16.0, "input MB per piece: a piece (a byte range of a file, or a stretch of a .gz stream, cut at a document "
+        "boundary) is one task and one shard, the unit of work and of resume"
+    )
     pool_tokens: int = C.field(1_000_000, "tokens of recent documents kept to draw random B segments from")
     text_field: list[str] = C.field(["title", "text"], "JSON Lines field(s) holding the text (joined by a newline)")
     one_doc_per_line: bool = C.field(False, "plain text: every line is a document (default: blank-line separated)")
@@ -125,8 +136,9 @@ class ShardsConfig:
     )
     strict: bool = C.field(False, "fail on the first unusable document instead of counting it")
     seed: int = C.field(0, "seed for every random choice")
-    num_parts: int = C.field(1, "split the input for a cluster: document i goes to part i %% num_parts")
-    part: int = C.field(0, "which part this run builds (0 .. num_parts-1)")
+    workers: int = C.field(0, "build the pieces on a local Dask cluster of this many worker processes, one Kiwi each (0: this process alone)")
+    scheduler: str = C.field("", "build the pieces on a running Dask cluster (tcp://HOST:8786); input and --out must be on a filesystem every worker sees")
+    kiwi_threads: int = C.field(0, "Kiwi threads per process (0: all cores alone, cores / --workers on a local cluster, 1 per worker thread on --scheduler)")
     batch_chars: int = C.field(262_144, "characters per Kiwi batch (speed only: the output does not depend on it)")
     batch_docs: int = C.field(2048, "at most this many documents per Kiwi batch (speed only)")
     force: bool = C.field(False, "rebuild from scratch, discarding what `out` holds")
@@ -590,8 +602,8 @@ class _Chunk:
     """The documents of one shard (its train and valid halves): takes encoded batches, writes
     instances, counts everything; close() -> the record progress.json and the manifest keep."""
 
-    def __init__(self, index: int, folder: Path, cfg: ShardsConfig, mcfg: MaskConfig, columns: dict[str, str]):
-        self.index, self.folder, self.cfg, self.mcfg, self.columns = index, folder, cfg, mcfg, columns
+    def __init__(self, name: str, folder: Path, cfg: ShardsConfig, mcfg: MaskConfig, columns: dict[str, str]):
+        self.name, self.folder, self.cfg, self.mcfg, self.columns = name, folder, cfg, mcfg, columns
         self.pools = {s: _Pool(cfg.pool_tokens) for s in SPLITS}
         self.writers: dict[str, _ShardWriter] = {}
         self.counts = {s: Counter() for s in SPLITS}
@@ -696,8 +708,7 @@ class _Chunk:
             if seen[0]:
                 counts.update(mask_stats(*(np.concatenate(x) for x in seen), self.mcfg.mask_id))
             if split not in self.writers:
-                name = f"{split}-{self.index:05d}"
-                self.writers[split] = _ShardWriter(self.folder, name, self.columns)
+                self.writers[split] = _ShardWriter(self.folder, f"{split}-{self.name}", self.columns)
             if flat:
                 self.writers[split].append_flat(flat[0], {**flat[1], "b_start": cols["b_start"], "nsp": cols["nsp"]})
             else:
@@ -706,7 +717,7 @@ class _Chunk:
     def close(self) -> dict:
         if self.packers:  # the instances still open at the end of the shard
             out = self._new_columns()
-            rng = self.rng(f"end-{self.index}")
+            rng = self.rng(f"end-{self.name}")
             for split, packer in self.packers.items():
                 for inst in packer.finish(rng):
                     self._put(out, split, *inst, rng, self.cfg.masking == "static")
@@ -733,8 +744,10 @@ def _check(cfg: ShardsConfig) -> None:
         (not 0 < cfg.mask_prob < 1, "--mask-prob must be in (0, 1)"),
         (not 0 <= cfg.valid_fraction < 1, "--valid-fraction must be in [0, 1)"),
         (cfg.dupe_factor < 1, "--dupe-factor must be >= 1"),
-        (min(cfg.docs_per_shard, cfg.batch_docs, cfg.batch_chars) < 1, "--docs-per-shard, --batch-docs and --batch-chars must be >= 1"),
-        (cfg.num_parts < 1 or not 0 <= cfg.part < cfg.num_parts, f"--part must be in 0..{cfg.num_parts - 1}"),
+        (min(cfg.batch_docs, cfg.batch_chars) < 1, "--batch-docs and --batch-chars must be >= 1"),
+        (not cfg.shard_mb > 0, "--shard-mb must be > 0"),
+        (cfg.workers < 0 or cfg.kiwi_threads < 0, "--workers and --kiwi-threads must be >= 0"),
+        (bool(cfg.workers and cfg.scheduler), "--workers starts a cluster, --scheduler uses a running one: pass one of them"),
         (cfg.instances == "packed" and cfg.masking == "static", "--instances packed needs --masking dynamic (static copies are not packed)"),
         (not cfg.nsp and cfg.instances != "packed", "--no-nsp needs --instances packed (a document's instances without NSP: pack them)"),
     ]
@@ -850,22 +863,212 @@ def _existing(folder: Path, key: str, force: bool) -> tuple[dict | None, dict]:
     return None, progress
 
 
-def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> dict:
-    """Build the shards. on_chunk(k) is called after chunk k is recorded (tests simulate kills with it)."""
+KEYS = 2  # how documents are keyed: 2 = (file sha256, byte offset), in pieces; 1 = by global index (before Dask)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every task needs besides its piece (pickled to Dask workers once per task: small)."""
+
+    cfg: ShardsConfig
+    folder: str
+    kiwi_threads: int  # 0: all cores (one process alone)
+
+
+@lru_cache(maxsize=2)
+def _task_tokenizer(folder: str, threads: int):
+    from corpus_tools.morph import set_kiwi_threads
+    from korbert.tokenizer import KorBertTokenizer
+
+    set_kiwi_threads(threads)
+    return KorBertTokenizer.from_pretrained(folder)
+
+
+def build_piece(job: _Job, piece: Piece, data: bytes | None = None, on_batch: Callable[[int], None] | None = None) -> dict:
+    """The task: read one piece, analyse it with Kiwi, write its train/valid shard; -> its record
+    (counts, files with sha256, CPU seconds by part). Runs in this process or on a Dask worker;
+    the output depends on the piece alone."""
+    from korbert.tokenizer import gc_paused
+
+    cfg = job.cfg
+    threads = job.kiwi_threads
+    if not threads and _on_dask_worker():
+        threads = 1  # --scheduler: one Kiwi thread per worker thread (start one worker process per core)
+    tok = _task_tokenizer(str(Path(job.folder) / TOKENIZER_DIR), threads)
+    mcfg = MaskConfig.from_tokenizer(tok, cfg.mask_prob)
+    columns = shard_columns(len(tok), cfg.max_seq_len, cfg.masking, cfg.mask_unit != "token")
+    chunk = _Chunk(piece.name, Path(job.folder), cfg, mcfg, columns)
+    stats = ReadStats()
+    cpu = Counter()
+    process0 = time.process_time()
+    batch: list[tuple[int, str, str, str]] = []
+    chars = 0
+    pending: list = []  # at most one batch under analysis while the one before it becomes instances
+
+    def flush(drain: bool = False) -> None:
+        nonlocal chars
+        if batch:
+            t = time.thread_time()
+            pending.append((batch.copy(), tok.encode_documents_async([x[3] for x in batch])))
+            cpu["tokenize"] += time.thread_time() - t
+            batch.clear()
+            chars = 0
+        while len(pending) > (0 if drain else 1):
+            done, finish = pending.pop(0)
+            t = time.thread_time()
+            encs = finish()
+            t2 = time.thread_time()
+            with gc_paused():  # the recipe keeps ~10 small objects per document alive: no collector passes over them
+                chunk.add(done, encs)
+            cpu["tokenize"] += t2 - t
+            cpu["recipe"] += time.thread_time() - t2
+            cpu["documents"] += len(done)
+            if on_batch is not None:
+                on_batch(len(done))
+
+    t = time.thread_time()
+    for offset, where, raw in read_piece(piece, data, cfg.text_field, cfg.one_doc_per_line, stats, cfg.strict):
+        text = clean(raw)
+        if not text:
+            chunk.skip("empty", where)
+        elif len(text) < cfg.min_chars:
+            chunk.skip("too_short", where)
+        elif len(text) > cfg.max_doc_chars:
+            chunk.skip("too_long", where)
+        else:
+            g = document_key(piece.file_id, offset)
+            batch.append((g, where, "valid" if _is_valid(cfg.seed, g, cfg.valid_fraction) else "train", text))
+            chars += len(text)
+            if cfg.batch_full(len(batch), chars):
+                cpu["read"] += time.thread_time() - t
+                flush()
+                t = time.thread_time()
+    cpu["read"] += time.thread_time() - t
+    flush(drain=True)
+    record = chunk.close()
+    if on_batch is not None:  # and the documents skipped before Kiwi, for the progress bar
+        on_batch(stats.documents_in - cpu.pop("documents", 0))
+    record["documents"]["documents_in"] = stats.documents_in
+    record["skipped"] = dict(Counter(record["skipped"]) + stats.skipped)
+    record["first_skip_at"] = {**stats.examples, **record["first_skip_at"]}
+    record["bytes"] = piece.bytes
+    cpu.pop("documents", None)
+    record["cpu_seconds"] = {**{k: round(v, 3) for k, v in cpu.items()}, "process": round(time.process_time() - process0, 3)}
+    return record
+
+
+def _on_dask_worker() -> bool:
+    if "distributed" not in sys.modules:
+        return False
+    from distributed import get_worker
+
+    try:
+        get_worker()
+        return True
+    except ValueError:
+        return False
+
+
+def _pieces(files: list[Path], inputs: list[dict], cfg: ShardsConfig) -> Iterator[tuple[Piece, bytes | None]]:
+    """Every piece of the inputs, in order: ranged ones from the files' sizes, streamed ones as the
+    .gz (or PATH@N) files are read."""
+    piece_bytes = max(1, int(cfg.shard_mb * 1e6))
+    for f, (path, rec) in enumerate(zip(files, inputs)):
+        fid = file_id(rec["sha256"])
+        if is_streamed(path):
+            yield from stream_pieces(f, path, fid, piece_bytes, cfg.one_doc_per_line)
+        else:
+            yield from ((p, None) for p in ranged_pieces(f, path, rec["bytes"], fid, piece_bytes))
+
+
+def _run_here(job: _Job, todo: Iterator[tuple[Piece, bytes | None]], bar) -> Iterator[tuple[Piece, dict]]:
+    for piece, data in todo:
+        yield piece, build_piece(job, piece, data, on_batch=bar.update)
+
+
+def _run_dask(job: _Job, todo: Iterator[tuple[Piece, bytes | None]], cfg: ShardsConfig, bar) -> Iterator[tuple[Piece, dict]]:
+    """The pieces as tasks on a Dask cluster: a local one of --workers processes, or --scheduler's.
+    At most a few tasks per worker are queued (a streamed piece carries its bytes: memory stays
+    bounded); a task whose worker dies is run again by Dask; records come back as tasks finish."""
+    try:
+        from concurrent.futures import CancelledError
+
+        from distributed import Client, KilledWorker, LocalCluster, as_completed
+    except ImportError:
+        raise InputError("--workers/--scheduler need Dask: pip install 'korbert[dask]'") from None
+    import uuid
+
+    cluster = None
+    if cfg.workers:
+        cluster = LocalCluster(
+            n_workers=cfg.workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+            memory_limit=0, silence_logs=40,
+        )
+    try:
+        client = Client(cluster if cluster is not None else cfg.scheduler, timeout="60s")
+    except OSError as e:
+        if cluster is not None:
+            cluster.close()
+        raise InputError(f"--scheduler {cfg.scheduler}: cannot connect ({e})") from None
+    run = uuid.uuid4().hex[:8]
+    try:
+        workers = len(client.scheduler_info()["workers"]) or 1
+        print(f"shards: {workers} Dask worker(s) at {client.scheduler.address}", file=sys.stderr)
+        queue = as_completed()
+        inflight: dict[str, tuple[Piece, bytes | None, int]] = {}  # a streamed piece's bytes stay here until it is done
+
+        def submit(piece: Piece, data: bytes | None, attempt: int = 0) -> None:
+            # scattered bytes go straight to a worker, not through the scheduler; if that worker dies
+            # they are lost with it, and the piece is sent again from here
+            arg = client.scatter(data, hash=False) if data is not None else None
+            inflight[piece.name] = (piece, data, attempt)
+            queue.add(client.submit(build_piece, job, piece, arg, key=f"korbert-piece-{piece.name}-{run}-{attempt}", pure=False))
+
+        def submit_next() -> None:
+            nxt = next(todo, None)
+            if nxt is not None:
+                submit(*nxt)
+
+        for _ in range(2 * workers + 1):
+            submit_next()
+        for future in queue:
+            name = "-".join(future.key.split("-")[2:4])
+            piece, data, attempt = inflight[name]
+            try:
+                record = future.result()  # a task's InputError (--strict, unreadable file) is raised here
+            except (CancelledError, KilledWorker) as e:  # its worker died (with its input, or too often)
+                if attempt >= 3:
+                    raise RuntimeError(f"piece {name} of {piece.path}: lost its worker {attempt + 1} times; giving up") from e
+                print(f"shards: piece {name} lost its worker ({type(e).__name__}); running it again", file=sys.stderr)
+                submit(piece, data, attempt + 1)
+                continue
+            del inflight[name]
+            bar.update(record["documents"].get("documents_in", 0))
+            future.release()
+            yield piece, record
+            submit_next()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready_only: bool = False) -> dict:
+    """Build the shards. on_piece(name) is called after a piece is recorded (tests simulate kills
+    with it). ready_only: never build; an InputError when `cfg.out` does not hold these shards."""
     from tqdm import tqdm
 
     _check(cfg)
     t0 = time.time()
     tok, tm = _load_tokenizer(cfg.tokenizer)
-    from korbert.tokenizer import gc_paused
     mcfg = MaskConfig.from_tokenizer(tok, cfg.mask_prob)
     columns = shard_columns(len(tok), cfg.max_seq_len, cfg.masking, cfg.mask_unit != "token")
+    del tok  # the tasks load their own (a Dask worker its own Kiwi: Kiwi cannot be pickled)
     files = expand_inputs(cfg.inputs)
     inputs = [file_record(f) for f in files]
-    root = Path(cfg.out)
-    folder = root / f"part-{cfg.part:05d}" if cfg.num_parts > 1 else root
+    folder = Path(cfg.out)
     config = C.to_dict(cfg)
-    for k in ("out", "show", "force", "replace"):
+    for k in ("out", "show", "force", "replace", "workers", "scheduler", "kiwi_threads"):
         config.pop(k)
     if cfg.masking == "dynamic":
         config["dupe_factor"] = 1
@@ -873,8 +1076,13 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
     for k, default in (("instances", "document"), ("nsp", True)):  # options added later: at their defaults the key is as before
         if ident[k] == default:
             del ident[k]
-    key = hashlib.sha256(json.dumps([ident, tm["tokenizer_hash"], inputs, FORMAT_VERSION], sort_keys=True).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([ident, tm["tokenizer_hash"], inputs, FORMAT_VERSION, KEYS], sort_keys=True).encode()).hexdigest()
 
+    if ready_only:
+        finished = read_manifest(folder, "shards") if (folder / "manifest.json").is_file() else None
+        if finished is None or finished.get("key") != key:
+            raise InputError(f"{folder}: no shards built from these inputs and options yet")
+        return finished
     try:
         finished, progress = _existing(folder, key, cfg.force)
     except InputError:
@@ -891,78 +1099,27 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
         p.unlink()  # leftovers of a killed run
     tok_files = _copy_tokenizer(cfg.tokenizer, tm, folder)
 
-    # -- stream the documents of this part, chunk by chunk
-    stats = ReadStats()
-    chunk: _Chunk | None = None
-    built = 0
-    batch: list[tuple[int, str, str, str]] = []
-    batch_chars = 0
-    bar = tqdm(desc=f"shards{f' part {cfg.part}' if cfg.num_parts > 1 else ''}", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
-
-    # Pipelined: a full batch goes to Kiwi's threads at once (the one Kiwi pass), and the batch
-    # before it is finished and turned into instances while Kiwi analyses this one.
-    pending: list = []  # [(batch, finish)]: at most one batch whose analysis is under way
-
-    def flush(drain: bool = False) -> None:
-        nonlocal batch_chars
-        if batch:
-            pending.append((batch.copy(), tok.encode_documents_async([t for *_, t in batch])))
-            batch.clear()
-            batch_chars = 0
-        while len(pending) > (0 if drain else 1):
-            done, finish_encoding = pending.pop(0)
-            with gc_paused():  # the recipe keeps ~10 small objects per document alive: no collector passes over them
-                chunk.add(done, finish_encoding())
-            bar.update(len(done))
-            bar.set_postfix_str(f"{stats.bytes / 1e6 / max(time.time() - t0, 1e-9):.2f} MB/s")
-
-    def finish() -> None:
-        nonlocal chunk, built
-        if chunk is not None:
-            flush(drain=True)
-            progress["chunks"][str(chunk.index)] = chunk.close()
-            atomic_write_json(folder / PROGRESS, progress)
-            built += 1
-            if on_chunk is not None:
-                on_chunk(chunk.index)
-        chunk = None
-
-    current = -1
-    local = -1
-    docs = iter_documents(files, text_field=cfg.text_field, one_doc_per_line=cfg.one_doc_per_line, stats=stats, strict=cfg.strict)
-    for g, (where, raw) in enumerate(docs):
-        if g % cfg.num_parts != cfg.part:
-            continue
-        local += 1
-        k = local // cfg.docs_per_shard
-        if k != current:
-            finish()
-            current = k
-            if str(k) not in progress["chunks"]:
-                chunk = _Chunk(k, folder, cfg, mcfg, columns)
-        if chunk is None:  # a finished shard: its documents were counted when it was built
-            continue
-        chunk.docs["documents_in"] += 1
-        text = clean(raw)
-        if not text:
-            chunk.skip("empty", where)
-        elif len(text) < cfg.min_chars:
-            chunk.skip("too_short", where)
-        elif len(text) > cfg.max_doc_chars:
-            chunk.skip("too_long", where)
-        else:
-            split = "valid" if _is_valid(cfg.seed, g, cfg.valid_fraction) else "train"
-            batch.append((g, where, split, text))
-            batch_chars += len(text)
-            if cfg.batch_full(len(batch), batch_chars):
-                flush()
-    finish()
+    done = progress["chunks"]
+    todo = ((p, d) for p, d in _pieces(files, inputs, cfg) if p.name not in done)
+    threads = cfg.kiwi_threads or (max(1, default_threads() // cfg.workers) if cfg.workers else 0)
+    job = _Job(cfg, str(folder.resolve()), threads)
+    bar = tqdm(desc="shards", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
+    built, mb = 0, 0.0
+    runner = _run_dask(job, todo, cfg, bar) if cfg.workers or cfg.scheduler else _run_here(job, todo, bar)
+    for piece, record in runner:
+        done[piece.name] = record
+        atomic_write_json(folder / PROGRESS, progress)
+        built += 1
+        mb += piece.bytes / 1e6
+        bar.set_postfix_str(f"{built} pieces, {mb:.0f} MB, {mb / max(time.time() - t0, 1e-9):.2f} MB/s")
+        if on_piece is not None:
+            on_piece(piece.name)
     bar.close()
+    for p in list(folder.glob(".*.partial")) + list(folder.glob(".*.tmp")):
+        p.unlink(missing_ok=True)  # what killed attempts of a task left behind
 
-    chunks = [progress["chunks"][k] for k in sorted(progress["chunks"], key=int)]
-    # the reader's own skips (undecodable lines, malformed JSON) happen in every part: part 0 counts them
-    reader_skips = (stats.skipped, stats.examples) if cfg.part == 0 else (Counter(), {})
-    counts = {"files": len(files), "bytes": stats.bytes, **_summarize(chunks, *reader_skips, cfg.nsp)}
+    chunks = [done[k] for k in sorted(done)]
+    counts = {"files": len(files), "bytes": sum(ch["bytes"] for ch in chunks), "pieces": len(chunks), **_summarize(chunks, Counter(), {}, cfg.nsp)}
     counts["masking_measured_on"] = (
         "every instance as written" if cfg.masking == "static"
         else f"one mask_tokens draw on the instances of every shard's first documents (until {DYNAMIC_STATS_FIRST} instances) "
@@ -975,11 +1132,18 @@ def main(cfg: ShardsConfig, on_chunk: Callable[[int], None] | None = None) -> di
         )
     shards = {s: [{**ch["shards"][s], "path": ch["shards"][s]["name"]} for ch in chunks if s in ch["shards"]] for s in SPLITS}
     names = [n for s in SPLITS for sh in shards[s] for n in sh["files"]]
+    cpu = Counter()
+    for ch in chunks:
+        cpu.update(ch["cpu_seconds"])
     manifest = write_manifest(
         folder, "shards", FORMAT_VERSION, files=names + tok_files,
-        key=key, config=config, inputs=inputs, tokenizer_hash=tm["tokenizer_hash"], tokenizer_path=str(cfg.tokenizer),
+        key=key, document_keys=KEYS, config=config, inputs=inputs, tokenizer_hash=tm["tokenizer_hash"], tokenizer_path=str(cfg.tokenizer),
         mask_config=vars(mcfg), dtypes=columns, counts=counts, shards=shards,
-        run={"shards_built": built, "shards_reused": len(chunks) - built, "seconds": round(time.time() - t0, 1)},
+        run={
+            "shards_built": built, "shards_reused": len(chunks) - built, "seconds": round(time.time() - t0, 1),
+            "engine": f"dask, {cfg.workers} local workers" if cfg.workers else f"dask at {cfg.scheduler}" if cfg.scheduler else "one process",
+            "cpu_seconds": {k: round(v, 1) for k, v in sorted(cpu.items())},  # summed over the pieces' tasks (main thread: read, tokenize, recipe)
+        },
     )
     (folder / PROGRESS).unlink(missing_ok=True)
     report(folder, manifest, time.time() - t0)
@@ -1036,79 +1200,5 @@ def show(folder: str | os.PathLike, n: int, split: str = "train") -> None:
         print(f"  targets: {' '.join(targets)}")
 
 
-# ---------------------------------------------------------------------------------------------
-# Parts: build pieces on several machines, then one manifest over all
-# ---------------------------------------------------------------------------------------------
-
-
-def merge(out: str | os.PathLike, show_n: int = 0) -> dict:
-    """Write out/manifest.json over out/part-*/ (all parts of one --num-parts run, all finished)."""
-    root = Path(out)
-    part_dirs = sorted(root.glob("part-*"))
-    if not part_dirs:
-        raise InputError(f"{root}: no part-* folders to merge")
-    ms = []
-    for d in part_dirs:
-        try:
-            ms.append(read_manifest(d, "shards"))
-        except FileNotFoundError:
-            raise InputError(f"{d}: part not finished (no manifest.json)") from None
-    first = ms[0]
-    want = first["config"]["num_parts"]
-    got = sorted(m["config"]["part"] for m in ms)
-    if got != list(range(want)):
-        raise InputError(f"{root}: parts {got} present, need all of 0..{want - 1}")
-    for d, m in zip(part_dirs, ms):
-        if m["format_version"] != FORMAT_VERSION:  # the merged manifest speaks for every part's files
-            raise InputError(f"{d}: shards format {m['format_version']}, not {FORMAT_VERSION}; rebuild the part (korbert shards --force ...)")
-        same = {k: v for k, v in m["config"].items() if k != "part"} == {k: v for k, v in first["config"].items() if k != "part"}
-        if not same or m["tokenizer_hash"] != first["tokenizer_hash"] or m["inputs"] != first["inputs"]:
-            raise InputError(f"{d}: made with other options, inputs or tokenizer than {part_dirs[0]}")
-    tok_files = _copy_tokenizer(str(part_dirs[0] / TOKENIZER_DIR), read_manifest(part_dirs[0] / TOKENIZER_DIR, "vocab"), root)
-    shards = {s: [{**sh, "path": f"{d.name}/{sh['path']}"} for d, m in zip(part_dirs, ms) for sh in m["shards"][s]] for s in SPLITS}
-    names = [f"{Path(sh['path']).parent}/{n}" for s in SPLITS for sh in shards[s] for n in sh["files"]]
-    counts = _merge_counts([m["counts"] for m in ms])
-    config = {**first["config"], "part": None}
-    manifest = write_manifest(
-        root, "shards", FORMAT_VERSION, files=names + tok_files,
-        key=hashlib.sha256(json.dumps([m["key"] for m in ms]).encode()).hexdigest(), config=config,
-        inputs=first["inputs"], tokenizer_hash=first["tokenizer_hash"], tokenizer_path=first["tokenizer_path"],
-        mask_config=first["mask_config"], dtypes=first["dtypes"], counts=counts, shards=shards, parts=[d.name for d in part_dirs],
-    )
-    report(root, manifest, 0.0)
-    show(root, show_n)
-    return manifest
-
-
-def _merge_counts(all_counts: list[dict]) -> dict:
-    """Sum the parts' integer counts; recompute the shares."""
-    out = {k: all_counts[0][k] for k in ("files", "bytes", "masking_measured_on")}  # every part reads every file
-    for k in ("documents_in", "documents_used", "sentences", "document_tokens"):
-        out[k] = sum(c[k] for c in all_counts)
-    skipped, first = Counter(), {}
-    for c in all_counts:
-        skipped.update(c["documents_skipped"])
-        for r, w in c["first_skip_at"].items():
-            first.setdefault(r, w)
-    out["documents_skipped"], out["first_skip_at"] = dict(sorted(skipped.items())), dict(sorted(first.items()))
-    for s in SPLITS:
-        total = Counter()
-        for c in all_counts:
-            total.update({k: c[s].get(k, 0) for k in _SPLIT_INTS})
-            total.update({k: c[s]["masking"][k] for k in _MASK_INTS})
-        out[s] = _split_summary(total, all_counts[0][s].get("isnext") is not None or not all_counts[0][s]["instances"])
-    return out
-
-
 def cli(argv: list[str] | None = None) -> dict:
     return main(C.parse(ShardsConfig, argv, prog="korbert shards"))
-
-
-def merge_cli(argv: list[str] | None = None) -> dict:
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="korbert shards-merge", description=merge.__doc__)
-    ap.add_argument("out", help="the --out folder the parts were built into (holds part-00000/, part-00001/, ...)")
-    ap.add_argument("--show", type=int, default=0, help="print this many decoded instances")
-    a = ap.parse_args(argv)
-    return merge(a.out, a.show)

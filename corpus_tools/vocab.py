@@ -154,7 +154,9 @@ def _same_work(old: dict, config: dict, inputs: list[dict]) -> bool:
     return options(old.get("config", {})) == options(config) and content(old.get("inputs", [])) == content(inputs)
 
 
-def main(cfg: VocabConfig) -> dict:
+def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
+    """Build the vocabulary (or find it up to date). ready_only: never build; an InputError when
+    `cfg.out` does not hold this vocabulary."""
     from tqdm import tqdm
 
     out = Path(cfg.out)
@@ -168,6 +170,8 @@ def main(cfg: VocabConfig) -> dict:
         if _same_work(old, config, inputs):
             print(f"{out}: vocabulary up to date (tokenizer {old['tokenizer_hash'][:12]}); --force rebuilds it")
             return old
+    if ready_only:
+        raise InputError(f"{out}: no vocabulary built from these inputs and options yet")
 
     t0 = time.time()
     stats = ReadStats()

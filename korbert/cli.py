@@ -3,7 +3,6 @@
     korbert vocab     raw text -> Kiwi morphemes -> SentencePiece vocabulary -> tokenizer folder
     korbert tokenize  show how a tokenizer folder splits text (tokens, ids, offsets)
     korbert shards    raw text -> BERT pretraining instances (NSP pairs + MLM) in checksummed shards
-    korbert shards-merge  one manifest over the part-*/ folders of a --num-parts run
     korbert pretrain  shards -> BERT (MLM + NSP) with checkpoints/resume -> an exported final/ folder
     korbert eval      fine-tune and score a model: `korbert eval nsmc|korquad|baseline ...`
     korbert run       the whole recipe: corpus -> vocab -> shards -> pretrain -> NSMC + KorQuAD -> report
@@ -33,12 +32,6 @@ def _shards(argv: list[str]) -> None:
     from corpus_tools.shards import cli
 
     cli(argv)
-
-
-def _shards_merge(argv: list[str]) -> None:
-    from corpus_tools.shards import merge_cli
-
-    merge_cli(argv)
 
 
 def _pretrain(argv: list[str]) -> None:
@@ -111,7 +104,7 @@ def _serve(argv: list[str]) -> None:
 
 
 COMMANDS = {
-    "vocab": _vocab, "tokenize": _tokenize, "shards": _shards, "shards-merge": _shards_merge,
+    "vocab": _vocab, "tokenize": _tokenize, "shards": _shards,
     "pretrain": _pretrain, "eval": _eval, "run": _run,
     "fill-mask": _fill_mask, "embed": _embed, "attention": _attention, "serve": _serve,
 }

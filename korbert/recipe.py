@@ -57,7 +57,7 @@ PRESETS = {
         "about": "the embedded sample (20k reviews + 150 petitions; NSMC-R 8k/2k; 14 KorQuAD articles); BERT-mini, 0.56M tokens, "
                  "packed instances, MLM only, no dropout (benchmarks/results/pretrain-ablation-demo.json)",
         "vocab": {"vocab_size": 8000},
-        "shards": {"docs_per_shard": 50_000, "instances": "packed", "nsp": False},
+        "shards": {"instances": "packed", "nsp": False},
         "pretrain": {
             "model_size": "mini", "objective": "mlm", "override": ["hidden_dropout_prob=0", "attention_probs_dropout_prob=0"],
             "max_steps": 0, "max_tokens": 560_000, "tokens_per_batch": 1024, "lr": 3e-4, "eval_every": 200, "eval_instances": 1000,
@@ -130,6 +130,8 @@ class RecipeConfig:
     )
     set: list[str] = C.field([], "stage settings, as stage.field=value (e.g. pretrain.max_steps=100 nsmc.epochs=2)")
     force: bool = C.field(False, "redo every stage")
+    workers: int = C.field(0, "build the shards on a local Dask cluster of this many worker processes (korbert shards --workers; 0: one process)")
+    preprocess_only: bool = C.field(False, "build the vocabulary and the shards, then stop: run this first, then launch the training with torchrun")
 
 
 def _coerce(cls, name: str, value: str):
@@ -170,8 +172,8 @@ def _stage_configs(cfg: RecipeConfig) -> dict:
     final = str(out / "pretrain" / "final")
     base = {
         "vocab": dict(inputs=corpus, out=str(out / "vocab"), show=0),
-        "shards": dict(tokenizer=str(out / "vocab"), inputs=corpus, out=str(out / "shards"), show=0, replace=True),
-        "shards_long": dict(tokenizer=str(out / "vocab"), inputs=corpus, out=str(out / "shards-long"), show=0, replace=True),
+        "shards": dict(tokenizer=str(out / "vocab"), inputs=corpus, out=str(out / "shards"), show=0, replace=True, workers=cfg.workers),
+        "shards_long": dict(tokenizer=str(out / "vocab"), inputs=corpus, out=str(out / "shards-long"), show=0, replace=True, workers=cfg.workers),
         "pretrain": dict(shards=str(out / "shards"), out=str(out / "pretrain"), replace=True),
         "nsmc": dict(model=final, train=nsmc_train, test=nsmc_test, out=str(out / "nsmc" / "model")),
         "korquad": dict(model=final, dev_file=korquad_dev, train_file=cfg.korquad_train, out=str(out / "korquad" / "model")),
@@ -282,13 +284,30 @@ def main(cfg: RecipeConfig) -> dict:
         return r
 
     # -- corpus -> tokenizer -> shards -> model (pretraining runs on every rank; the rest on rank 0)
-    def preprocess():
-        stage("vocab", lambda: vocab_stage.main(cfgs["vocab"]))
-        stage("shards", lambda: shards_stage.main(cfgs["shards"]))
+    def preprocess(ready_only: bool = False):
+        stage("vocab", lambda: vocab_stage.main(cfgs["vocab"], ready_only=ready_only))
+        stage("shards", lambda: shards_stage.main(cfgs["shards"], ready_only=ready_only))
         if "shards_long" in cfgs:
-            stage("shards (long phase)", lambda: shards_stage.main(cfgs["shards_long"]))
+            stage("shards (long phase)", lambda: shards_stage.main(cfgs["shards_long"], ready_only=ready_only))
 
-    rank0_first(preprocess)  # torchrun: the other ranks wait until rank 0's shards are written
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: preprocessing comes first, in its own command
+        def ready():
+            try:
+                preprocess(ready_only=True)
+            except InputError as e:
+                raise InputError(
+                    f"{e}\n  Under torchrun the recipe only trains: preprocess first with the same options plus "
+                    f"--preprocess-only (e.g. korbert run --preset {cfg.preset} --out {out} --preprocess-only --workers N), "
+                    "then launch torchrun again"
+                ) from None
+
+        rank0_first(ready)  # rank 0 checks the vocabulary and shards (read-only) while the others wait
+    else:
+        preprocess()
+    if cfg.preprocess_only:
+        print(f"\npreprocessed into {out}: train with the same command without --preprocess-only, "
+              "or under torchrun (torchrun --nproc_per_node N -m korbert.recipe ...)")
+        return {"preprocessed": str(out), "times": times}
     vm, sm = read_manifest(cfgs["vocab"].out, "vocab"), read_manifest(cfgs["shards"].out, "shards")
     pm = stage("pretrain", lambda: pretrain_stage.main(cfgs["pretrain"]))
     if not rank0:
@@ -333,10 +352,10 @@ def rank0_first(fn) -> None:
     """Rank 0 runs fn while the other ranks of a launch wait, then every rank goes on; one process
     just runs fn. The wait is on a key in a TCP store that lives as long as the launch: torchrun's
     own (MASTER_ADDR:MASTER_PORT), or, under launchers without one (srun, mpirun), one that rank 0
-    serves at MASTER_PORT + 1 until every rank has passed. A day's timeout (preprocessing can take
-    hours), no process group (pretraining opens its own, NCCL on GPUs). So a rerun never finds a
-    stale "ready": the marker file this replaces stayed behind, and on a rerun ranks 1..N went on
-    while rank 0 was still rebuilding the shards. If rank 0 fails, the launcher stops the others."""
+    serves at MASTER_PORT + 1 until every rank has passed. No process group (pretraining opens its
+    own, NCCL on GPUs), and no marker file a rerun could find stale. If rank 0 fails, the launcher
+    stops the others. The recipe uses it for a read-only check that preprocessing is done (hashing
+    the inputs can take a minute on tens of GB), never to preprocess while GPUs wait."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         fn()

@@ -24,7 +24,7 @@ def corpus(tmp_path_factory) -> Path:
 def _shards(vocab_dir, corpus, out, **kw) -> Path:
     from corpus_tools.shards import ShardsConfig, main
 
-    main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(corpus)], out=str(out), valid_fraction=0.05, show=0, seed=1, docs_per_shard=200, **kw))
+    main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(corpus)], out=str(out), valid_fraction=0.05, show=0, seed=1, shard_mb=0.03, **kw))
     return out
 
 

@@ -11,16 +11,16 @@ import torch
 
 from corpus_tools.shard_format import CLS, SEP, open_shards
 from corpus_tools.shards import ShardsConfig, _is_valid, main as shards_main
-from corpus_tools.text import InputError, clean, iter_documents
+from corpus_tools.text import InputError, clean
 from korbert.pretrain import PretrainConfig, UNTRAINED_WITHOUT_NSP, main as pretrain_main
 
 MAX_LEN = 32  # short instances: many sentences are cut and many documents share an instance
-DOCS_PER_SHARD = 1200
+SHARD_MB = 0.2  # ~3 pieces
 
 
 def build(vocab_dir, corpus_file, out, **kw) -> Path:
     base = dict(tokenizer=str(vocab_dir), inputs=[str(corpus_file)], out=str(out), max_seq_len=MAX_LEN, valid_fraction=0.05,
-                docs_per_shard=DOCS_PER_SHARD, instances="packed", nsp=False, show=0, seed=5)
+                shard_mb=SHARD_MB, instances="packed", nsp=False, show=0, seed=5)
     shards_main(ShardsConfig(**{**base, **kw}))
     return Path(out)
 
@@ -33,12 +33,19 @@ def packed_mlm(tmp_path_factory, vocab_dir, corpus_file) -> Path:
 @pytest.fixture(scope="module")
 def streams(tok, corpus_file) -> dict:
     """The reference: each (shard, split)'s documents, encoded one by one, in input order."""
+    from corpus_tools.artifacts import sha256_file
+    from corpus_tools.pieces import document_key, file_id, ranged_pieces, read_piece
+
     texts, keys = [], []
-    for g, (_, raw) in enumerate(iter_documents([str(corpus_file)], text_field=["title", "text"])):
-        text = clean(raw)
-        if len(text) >= 2:
-            texts.append(text)
-            keys.append((g // DOCS_PER_SHARD, "valid" if _is_valid(5, g, 0.05) else "train"))
+    fid = file_id(sha256_file(corpus_file))
+    pieces = ranged_pieces(0, corpus_file, corpus_file.stat().st_size, fid, int(SHARD_MB * 1e6))
+    assert len(pieces) > 1
+    for piece in pieces:
+        for offset, _, raw in read_piece(piece, text_field=["title", "text"]):
+            text, g = clean(raw), document_key(fid, offset)
+            if len(text) >= 2:
+                texts.append(text)
+                keys.append((piece.index, "valid" if _is_valid(5, g, 0.05) else "train"))
     out: dict = {}
     for key, enc in zip(keys, tok.encode_documents(texts)):
         if len(enc["ids"]):

@@ -152,3 +152,28 @@ def test_presets_wire_the_long_phase_and_windows_within_the_trained_length(tmp_p
     with pytest.raises(InputError, match="korquad.max_len 384 is longer than the 128 tokens"):  # before hours of pretraining
         stages("demo", "korquad.max_len=384")
     assert stages("demo", "korquad.max_len=384", "korquad.allow_untrained_positions=true")["korquad"].max_len == 384
+
+
+def test_preprocess_only_builds_vocab_and_shards_then_stops_and_ready_checks_never_build(tmp_path, corpus_file, capsys):
+    """Under torchrun the recipe only checks (read-only) that preprocessing is done; --preprocess-only
+    is the command that does it first, here on a local Dask cluster of 2 workers."""
+    import pytest
+
+    from corpus_tools import shards, vocab
+    from corpus_tools.text import InputError
+    from korbert.recipe import _stage_configs
+
+    cfg = RecipeConfig(preset="demo", out=str(tmp_path / "run"), corpus=[str(corpus_file)], set=TINY, workers=2, preprocess_only=True)
+    cfgs = _stage_configs(cfg)["cfgs"]
+    assert cfgs["shards"].workers == 2
+    with pytest.raises(InputError, match="no vocabulary built"):
+        vocab.main(cfgs["vocab"], ready_only=True)
+    r = main(cfg)
+    assert r["preprocessed"] == str(tmp_path / "run") and set(r["times"]) == {"vocab", "shards"}
+    assert not (tmp_path / "run" / "pretrain").exists() and "without --preprocess-only" in capsys.readouterr().out
+    m = shards.main(cfgs["shards"], ready_only=True)
+    assert m["run"]["engine"] == "dask, 2 local workers" and vocab.main(cfgs["vocab"], ready_only=True)["kind"] == "vocab"
+    from dataclasses import replace
+
+    with pytest.raises(InputError, match="no shards built"):
+        shards.main(replace(cfgs["shards"], seed=7), ready_only=True)

@@ -17,7 +17,7 @@ import pytest
 from conftest import SAMPLE, sample_texts, write_jsonl
 from corpus_tools.artifacts import read_manifest, sha256_file
 from corpus_tools.shards import (
-    CLS, IGNORE, MASK, SEP, MaskConfig, ShardsConfig, first_normal_id, main, mask_tokens, merge, open_shards,
+    CLS, IGNORE, MASK, SEP, MaskConfig, ShardsConfig, first_normal_id, main, mask_tokens, open_shards,
 )
 from corpus_tools.shard_format import shard_columns
 from corpus_tools.text import InputError
@@ -206,7 +206,7 @@ def test_isnext_b_continues_a_and_lengths_fill_the_budget(vocab_dir, petitions, 
     reader = open_shards(tmp_path)
     encoded = [e["ids"].tolist() for e in petition_encodings]
     lengths = [len(reader[i]["input_ids"]) for i in range(len(reader))]
-    assert max(lengths) == 512 and np.median(lengths) > 400  # 512 works, and pairs fill it
+    assert max(lengths) == 512 and np.mean(np.array(lengths) >= 500) > 0.3  # 512 works, and pairs fill it (the rest: document ends, short targets)
     checked = 0
     for i in range(len(reader)):
         it = reader[i]
@@ -556,12 +556,12 @@ def test_batch_of_docs_matches_doc_by_doc_and_cuts_alike(petition_encodings, tok
 
 
 def test_same_inputs_same_seed_byte_identical(vocab_dir, mixed, tmp_path):
-    a = run(vocab_dir, [mixed], tmp_path / "a", docs_per_shard=200)
-    b = run(vocab_dir, [mixed], tmp_path / "b", docs_per_shard=200, batch_docs=7)  # batch size is speed only
+    a = run(vocab_dir, [mixed], tmp_path / "a", shard_mb=0.03)
+    b = run(vocab_dir, [mixed], tmp_path / "b", shard_mb=0.03, batch_docs=7)  # batch size is speed only
     assert len(a["shards"]["train"]) == 4
     assert shard_bytes(tmp_path / "a") == shard_bytes(tmp_path / "b")
     assert a["tokenizer_hash"] == b["tokenizer_hash"] and a["counts"] == b["counts"]
-    run(vocab_dir, [mixed], tmp_path / "c", docs_per_shard=200, seed=1)
+    run(vocab_dir, [mixed], tmp_path / "c", shard_mb=0.03, seed=1)
     assert shard_bytes(tmp_path / "c") != shard_bytes(tmp_path / "a")
 
 
@@ -570,33 +570,33 @@ class Killed(Exception):
 
 
 def test_resume_after_a_killed_run(vocab_dir, mixed, tmp_path):
-    ref = run(vocab_dir, [mixed], tmp_path / "ref", docs_per_shard=200)
+    ref = run(vocab_dir, [mixed], tmp_path / "ref", shard_mb=0.03)
     out = tmp_path / "out"
 
-    def kill_after_1(k: int) -> None:
-        if k == 1:
+    def kill_after_1(name: str) -> None:
+        if name == "0000-00001":
             raise Killed
 
     with pytest.raises(Killed):
-        main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(mixed)], out=str(out), docs_per_shard=200, show=0), on_chunk=kill_after_1)
+        main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(mixed)], out=str(out), shard_mb=0.03, show=0), on_piece=kill_after_1)
     assert not (out / "manifest.json").exists()
     progress = json.loads((out / "progress.json").read_text())
-    assert sorted(progress["chunks"]) == ["0", "1"]
-    done = sorted(out.glob("*-0000[01].*.npy"))
+    assert sorted(progress["chunks"]) == ["0000-00000", "0000-00001"]
+    done = sorted(out.glob("*-0000-0000[01].*.npy"))
     mtimes = {p: p.stat().st_mtime_ns for p in done}
     assert len(done) >= 8
-    (out / "train-00001.tokens.npy").unlink()  # and one finished file lost as well: that shard is redone
+    (out / "train-0000-00001.tokens.npy").unlink()  # and one finished file lost as well: that shard is redone
 
-    m = run(vocab_dir, [mixed], out, docs_per_shard=200)
+    m = run(vocab_dir, [mixed], out, shard_mb=0.03)
     assert (m["run"]["shards_built"], m["run"]["shards_reused"]) == (3, 1)
-    assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items() if "-00000." in p.name)  # not rewritten
+    assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items() if "-0000-00000." in p.name)  # not rewritten
     assert shard_bytes(out) == shard_bytes(tmp_path / "ref")
     assert m["counts"] == ref["counts"] and not (out / "progress.json").exists()
     assert not list(out.glob(".*"))  # no temp files left
     # a finished folder is left alone; other options are refused instead of mixed in
-    assert run(vocab_dir, [mixed], out, docs_per_shard=200)["run"] == m["run"]
+    assert run(vocab_dir, [mixed], out, shard_mb=0.03)["run"] == m["run"]
     with pytest.raises(InputError, match="other options"):
-        run(vocab_dir, [mixed], out, docs_per_shard=100)
+        run(vocab_dir, [mixed], out, shard_mb=0.02)
 
 
 @pytest.fixture
@@ -649,7 +649,7 @@ def test_open_shards_refuses_another_tokenizer_or_edited_files(static_run, tok, 
         open_shards(static_run, tokenizer_hash="0" * 64)
     copy = tmp_path / "copy"
     shutil.copytree(static_run, copy)
-    with open(copy / "train-00000.labels.npy", "r+b") as f:
+    with open(copy / "train-0000-00000.labels.npy", "r+b") as f:
         f.seek(-4, 2)
         f.write(b"\x07\x00\x00\x00")
     with pytest.raises(ValueError, match="sha256 differs"):
@@ -668,29 +668,17 @@ def test_show_prints_masked_pairs(vocab_dir, mixed, tmp_path, capsys):
     assert "documents: 630 in = " in out
 
 
-def test_parts_and_merge(vocab_dir, mixed, tmp_path):
-    parts = [run(vocab_dir, [mixed], tmp_path, num_parts=2, part=p) for p in (1, 0)]
-    assert (tmp_path / "part-00000" / "manifest.json").is_file() and not (tmp_path / "manifest.json").exists()
-    m = merge(tmp_path)
-    assert m["counts"]["documents_in"] == 630 == sum(p["counts"]["documents_in"] for p in parts)
-    assert m["counts"]["train"]["instances"] == sum(p["counts"]["train"]["instances"] for p in parts)
-    reader = open_shards(tmp_path)
-    assert len(reader) == m["counts"]["train"]["instances"] and reader[len(reader) - 1]["input_ids"][0] == CLS
-
-
 def test_user_errors_are_clear(vocab_dir, mixed, tmp_path, capsys):
     from korbert.cli import main as korbert
 
     assert korbert(["shards", "--tokenizer", str(tmp_path / "nope"), "--inputs", str(mixed), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "korbert shards: error: --tokenizer" in err and "no manifest.json" in err and "Traceback" not in err
-    assert korbert(["shards", "--tokenizer", str(vocab_dir), "--inputs", str(mixed), "--out", str(tmp_path / "o"), "--part", "3"]) == 2
-    assert "--part must be in 0..0" in capsys.readouterr().err
+    assert korbert(["shards", "--tokenizer", str(vocab_dir), "--inputs", str(mixed), "--out", str(tmp_path / "o"), "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"]) == 2
+    assert "pass one of them" in capsys.readouterr().err
     (tmp_path / "e.txt").write_text("\n\n", encoding="utf-8")
     with pytest.raises(InputError, match="no training instances"):
         run(vocab_dir, [tmp_path / "e.txt"], tmp_path / "o2")
-    with pytest.raises(InputError, match="part not finished|no part"):
-        merge(tmp_path)
 
 
 def test_clean_fast_control_check_matches_the_per_character_definition():
