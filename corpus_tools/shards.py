@@ -124,7 +124,7 @@ class ShardsConfig:
     nsp: bool = C.field(True, "NSP pairs: segments A + B and an IsNext label; --no-nsp (with --instances packed): one segment per instance, no label, for --objective mlm")
     valid_fraction: float = C.field(0.01, "share of documents held out for validation (by a hash of position and seed)")
     shard_mb: float = C.field(
-        16.0, "input MB per piece: a piece (a byte range of a file, or a stretch of a .gz stream, cut at a document "
+        8.0, "input MB per piece: a piece (a byte range of a file, or a stretch of a .gz stream, cut at a document "
         "boundary) is one task and one shard, the unit of work and of resume"
     )
     pool_tokens: int = C.field(1_000_000, "tokens of recent documents kept to draw random B segments from")
@@ -995,15 +995,23 @@ def _run_dask(job: _Job, todo: Iterator[tuple[Piece, bytes | None]], cfg: Shards
 
         from distributed import Client, KilledWorker, LocalCluster, as_completed
     except ImportError:
-        raise InputError("--workers/--scheduler need Dask: pip install 'korbert[dask]'") from None
+        raise InputError("--workers/--scheduler need Dask's distributed package: pip install 'distributed>=2024.8'") from None
     import uuid
+
+    import dask
 
     cluster = None
     if cfg.workers:
-        cluster = LocalCluster(
-            n_workers=cfg.workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
-            memory_limit=0, silence_logs=40,
-        )
+        # The workers started here run without two Dask defaults that cost this CPU-bound work: the
+        # nanny's MALLOC_TRIM_THRESHOLD_=65536 (memory handed back to the OS and faulted in again: twice
+        # the system time, ~5% of the wall time on 2 cores, measured) and the profiler that samples
+        # every task's stack each 10 ms. A cluster of your own: see docs/shards.md.
+        environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items() if k != "MALLOC_TRIM_THRESHOLD_"}
+        with dask.config.set({"distributed.worker.profile.enabled": False, "distributed.nanny.pre-spawn-environ": environ}):
+            cluster = LocalCluster(
+                n_workers=cfg.workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+                memory_limit=0, silence_logs=40,
+            )
     try:
         client = Client(cluster if cluster is not None else cfg.scheduler, timeout="60s")
     except OSError as e:
