@@ -72,7 +72,7 @@ class KorBertForPreTraining(BertForPreTraining):
     def forward(self, *args, sparse: bool = False, **kw):
         if not sparse:
             return super().forward(*args, **kw)
-        return self.pretraining_forward(**kw)
+        return self.pretraining_forward(*args, **kw)
 
     def pretraining_forward(
         self,

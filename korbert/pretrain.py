@@ -234,11 +234,17 @@ def resolve_precision(want: str, cuda: bool) -> str:
     return "bf16" if cuda or cpu_has_bf16() else "fp32"
 
 
+BUDGET = ("max_steps", "max_tokens", "max_minutes")
+
+
 def _run_key(
     cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int, precision: str, cuda: bool, long_key: str = "", dynamic: bool = True,
 ) -> str:
-    speed_only = ("out", "device", "compile", "compile_mode", "fixed_shapes", "num_workers", "resume", "force", "replace", "log_every", "save_every")
-    ident = {k: v for k, v in C.to_dict(cfg).items() if k not in speed_only}
+    # what does not change the weights trained so far: speed, bookkeeping, evaluation, and the budget
+    # (a longer budget continues the run: the schedule is recomputed over the new budget from the step it reached)
+    not_weights = ("out", "device", "compile", "compile_mode", "fixed_shapes", "num_workers", "resume", "force", "replace", "log_every",
+                   "save_every", "eval_every", "eval_instances", *BUDGET)
+    ident = {k: v for k, v in C.to_dict(cfg).items() if k not in not_weights}
     for f in dataclasses.fields(cfg):  # --warmup 500 on the command line is 500.0, 500 in a config file or a call: one run
         if f.type == "float" and f.name in ident:
             ident[f.name] = float(ident[f.name])
@@ -434,7 +440,7 @@ class Trainer:
         if self.final.exists() and not cfg.force:
             try:
                 fm = read_manifest(self.final, "model")
-                if fm.get("run_key") == key:
+                if fm.get("run_key") == key and fm.get("budget") == {k: getattr(cfg, k) for k in BUDGET}:
                     self.done_before = fm
                     return
             except (FileNotFoundError, ValueError):
@@ -883,7 +889,8 @@ class Trainer:
     def result(self) -> dict:
         cfg, sm = self.cfg, self.shards_manifest
         return {
-            "run_key": self.key, "step": self.step_no, "tokens": self.tokens, "seconds": round(self.seconds, 1), "parameters": self.n_params,
+            "run_key": self.key, "budget": {k: getattr(cfg, k) for k in BUDGET},
+            "step": self.step_no, "tokens": self.tokens, "seconds": round(self.seconds, 1), "parameters": self.n_params,
             "eval": self.last_eval, "model_size": cfg.model_size, "config": self.run_cfg, "shards_key": sm["key"],
             "shards_path": str(cfg.shards), "model_config": self.mcfg.to_dict(), "objective": cfg.objective,
             # the longest sequence pretraining trained (positions past it are as initialized): fine-tuning checks it

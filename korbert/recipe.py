@@ -236,6 +236,15 @@ def _folder_key(folder: str) -> str:
     return _key([file_record(path / n)["sha256"] for n in names if (path / n).is_file()])
 
 
+def _inputs_key(c) -> list:
+    """The sha256 of every input file a stage's config names (the NSMC/KorQuAD files): an eval's
+    results depend on their content, not on their path, so a file edited in place is a new input."""
+    from corpus_tools.artifacts import sha256_file
+
+    named = [(k, v) for k, v in sorted(C.to_dict(c).items()) if k not in ("out", "model", "features") and isinstance(v, str) and v]
+    return [(k, sha256_file(v)) for k, v in named if Path(v).is_file()]
+
+
 def _key(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -319,7 +328,7 @@ def main(cfg: RecipeConfig) -> dict:
         def fn():
             return stage(name, lambda: module.main(c))
 
-        r, was_skipped = _cached(Path(c.out), _key(C.to_dict(c), upstream), fn, cfg.force)
+        r, was_skipped = _cached(Path(c.out), _key(C.to_dict(c), upstream, _inputs_key(c)), fn, cfg.force)
         if was_skipped:
             print(f"\n== {name} == up to date ({c.out})")
             skipped.append(name)

@@ -128,12 +128,15 @@ def test_bf16_on_cpu_trains_like_fp32_and_is_its_own_run(shards_dir, tmp_path):
     assert {t.dtype for t in w.values()} == {torch.float32}
 
 
-def test_precision_auto_resolves_by_device():
-    from korbert.pretrain import cpu_has_bf16, resolve_precision
-
-    assert resolve_precision("auto", cuda=True) == "bf16"
-    assert resolve_precision("auto", cuda=False) == ("bf16" if cpu_has_bf16() else "fp32")
-    assert resolve_precision("fp32", cuda=True) == "fp32" and resolve_precision("bf16", cuda=False) == "bf16"
+def test_auto_precision_trains_exactly_as_what_it_resolves_to(shards_dir, tmp_path):
+    """--precision auto is not a label: its run is step for step the run of the precision it names in
+    config.json, and the other precision gives other losses (so the setting reaches the step)."""
+    auto = main(cfg(shards_dir, tmp_path / "auto", max_steps=3, precision="auto"))
+    used = json.loads((tmp_path / "auto" / "config.json").read_text())["run"]["precision_used"]
+    other = "fp32" if used == "bf16" else "bf16"
+    main(cfg(shards_dir, tmp_path / used, max_steps=3, precision=used))
+    main(cfg(shards_dir, tmp_path / other, max_steps=3, precision=other))
+    assert auto["step"] == 3 and losses(tmp_path / "auto") == losses(tmp_path / used) != losses(tmp_path / other)
 
 
 def test_same_seed_same_losses_and_rerun_is_up_to_date(shards_dir, tmp_path, capsys):
@@ -201,6 +204,8 @@ def test_export_loads_in_plain_transformers(shards_dir, tmp_path):
     }
     with torch.no_grad():
         o = ours(**{k: batch[k] for k in MODEL_INPUTS}, sparse=True)
+        positional = ours(*(batch[k] for k in MODEL_INPUTS), sparse=True)  # positional arguments reach the sparse head too
+    assert torch.equal(positional.mlm_loss_sum, o.mlm_loss_sum) and torch.equal(positional.nsp_loss_sum, o.nsp_loss_sum)
     dense = torch.log_softmax(ref.prediction_logits, -1)
     want = -(dense[0, 2, labels[0, 2]] + dense[1, 3, labels[1, 3]])
     assert abs(float(o.mlm_loss_sum) - float(want)) < 1e-4 and int(o.mlm_count) == 2
@@ -580,3 +585,19 @@ def test_run_key_reads_500_and_500_0_as_one_setting():
     a, b = PretrainConfig(warmup=500, lr=1), PretrainConfig(warmup=500.0, lr=1.0)
     assert _run_key(a, "s", "t", 1, "fp32", False) == _run_key(b, "s", "t", 1, "fp32", False)
     assert _run_key(a, "s", "t", 1, "fp32", False) != _run_key(PretrainConfig(warmup=501), "s", "t", 1, "fp32", False)
+
+
+def test_evaluation_settings_and_a_longer_budget_continue_the_same_run(shards_dir, tmp_path, capsys):
+    """Only what changes the weights keys a run: evaluating more often or on more instances gives the
+    same losses, and a longer budget continues from the checkpoint instead of being refused."""
+    main(cfg(shards_dir, tmp_path / "quiet", max_steps=4, eval_every=0))
+    main(cfg(shards_dir, tmp_path / "evals", max_steps=4, eval_every=2, eval_instances=32))
+    assert losses(tmp_path / "evals") == losses(tmp_path / "quiet")  # evaluating does not touch the training streams
+    out = tmp_path / "quiet"
+    longer = main(cfg(shards_dir, out, max_steps=6, eval_every=2))
+    assert longer["step"] == 6 and longer["budget"]["max_steps"] == 6
+    logged = losses(out)
+    assert len(logged) == 6 and logged[:4] == losses(tmp_path / "evals")  # steps 1-4 kept, 5-6 trained on
+    capsys.readouterr()
+    again = main(cfg(shards_dir, out, max_steps=6, eval_every=2))
+    assert "up to date" in capsys.readouterr().out and again["step"] == 6

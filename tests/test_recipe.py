@@ -17,8 +17,13 @@ TINY = [
 
 
 def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_path, corpus_file, bert_dir, capsys):
+    import shutil
+
+    from korbert.recipe import SAMPLE
+
     out = tmp_path / "run"
-    cfg = RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=TINY, compare=[str(bert_dir)])
+    nsmc_test = shutil.copy(SAMPLE / "nsmc_test.txt", tmp_path / "ratings_test.txt")  # edited in place at the end
+    cfg = RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=TINY, compare=[str(bert_dir)], nsmc_test=str(nsmc_test))
     r = main(cfg)
     rows = {row["system"].split(":")[0].split(",")[0]: row for row in r["table"]}
     assert len(r["table"]) == 5 and all(0 <= row["nsmc_accuracy"] <= 1 for row in r["table"])
@@ -45,17 +50,25 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
     text = capsys.readouterr().out
     assert text.count("up to date") >= 10 and again["table"] == r["table"]
 
-    changed = main(RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, "nsmc.lr=3e-4"]))
+    changed = main(RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, "nsmc.lr=3e-4"], nsmc_test=str(nsmc_test)))
     assert {"nsmc", "nsmc (control)"} <= set(changed["stage_seconds"])
     assert not {"korquad", "korquad (control)", "baseline"} & set(changed["stage_seconds"])
     assert changed["table"][2:] == r["table"][3:]  # the baselines were not redone (and no --compare this time)
 
     capsys.readouterr()  # a shards option: shards and pretraining are replaced (not refused), the model's evals redone
-    redo = main(RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, "shards.short_seq_prob=0.2"]))
+    redo_cfg = RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, "shards.short_seq_prob=0.2"], nsmc_test=str(nsmc_test))
+    redo = main(redo_cfg)
     said = capsys.readouterr()
     assert "rebuilding" in said.err and "starting over" in said.out and "vocabulary up to date" in said.out
     assert json.loads((out / "shards" / "manifest.json").read_text())["config"]["short_seq_prob"] == 0.2
     assert {"korquad", "korquad (control)"} <= set(redo["stage_seconds"]) and "baseline" not in redo["stage_seconds"]
+
+    # the NSMC-R test file edited in place (same path): the stages that read it are redone, not reused
+    lines = nsmc_test.read_text(encoding="utf-8").splitlines(keepends=True)
+    nsmc_test.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
+    edited = main(redo_cfg)
+    assert {"nsmc", "nsmc (control)", "baseline"} <= set(edited["stage_seconds"])
+    assert not {"korquad", "korquad (control)"} & set(edited["stage_seconds"])
 
 
 def test_recipe_errors_name_the_problem(tmp_path):
