@@ -40,7 +40,7 @@ tok = KorBertTokenizer.from_pretrained(tokenizer)
 cfg = S.ShardsConfig(tokenizer=tokenizer, inputs=[], out="")
 columns = shard_columns(len(tok), cfg.max_seq_len, cfg.masking, True)
 with tempfile.TemporaryDirectory(prefix="recipe-bench-") as tmp:
-    chunk = S._Chunk(0, __import__("pathlib").Path(tmp), cfg, MaskConfig.from_tokenizer(tok, cfg.mask_prob), columns)
+    chunk = S._Chunk("0000-00000" if hasattr(S, "build_piece") else 0, __import__("pathlib").Path(tmp), cfg, MaskConfig.from_tokenizer(tok, cfg.mask_prob), columns)
     cpu = time.process_time()
     for batch, encs in batches:
         chunk.add(batch, encs)
@@ -51,7 +51,11 @@ print(json.dumps({"cpu_seconds": cpu, "instances": record["splits"]["train"]["in
 
 
 def encode(a) -> tuple[Path, int]:
-    from corpus_tools.shards import ShardsConfig, _is_valid
+    try:
+        from corpus_tools.pairs import is_valid as _is_valid
+    except ImportError:  # a checkout from before corpus_tools/pairs.py
+        from corpus_tools.shards import _is_valid
+    from corpus_tools.shards import ShardsConfig
     from corpus_tools.text import clean, iter_documents
     from korbert.tokenizer import KorBertTokenizer
 

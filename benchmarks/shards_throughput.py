@@ -167,22 +167,21 @@ def full(a) -> dict:
 
     cfg = ShardsConfig(tokenizer=a.tokenizer, inputs=[a.reviews, a.petitions], out=a.out, show=2, force=True)
     with gzip.open(a.reviews, "rb") as f1, gzip.open(a.petitions, "rb") as f2:
-        total_docs = sum(1 for _ in f1) + sum(1 for _ in f2)
-    chunks = -(-total_docs // cfg.docs_per_shard)
+        total_bytes = sum(len(line) for line in f1) + sum(len(line) for line in f2)
+    pieces = -(-total_bytes // int(cfg.shard_mb * 1e6))  # about: each file's last piece is shorter
     samples = []
     load0 = os.getloadavg()[0]
     t0, c0 = time.perf_counter(), time.process_time()
     rss0 = rss_mb()
 
-    def on_chunk(k: int) -> None:
+    def on_piece(name: str) -> None:
         samples.append({
-            "shard": k, "documents_done": min((k + 1) * cfg.docs_per_shard, total_docs),
-            "share_done": round(min((k + 1) / chunks, 1.0), 3), "seconds": round(time.perf_counter() - t0, 1),
+            "piece": name, "share_done": round(min((len(samples) + 1) / pieces, 1.0), 3), "seconds": round(time.perf_counter() - t0, 1),
             "rss_MB": round(rss_mb()), "peak_rss_MB": round(peak_rss_mb()),
         })
-        print(f"  shard {k}: {samples[-1]['share_done']:.0%} of the documents, RSS {samples[-1]['rss_MB']} MB", file=sys.stderr)
+        print(f"  piece {name}: ~{samples[-1]['share_done']:.0%} of the input, RSS {samples[-1]['rss_MB']} MB", file=sys.stderr)
 
-    m = main(cfg, on_chunk=on_chunk)
+    m = main(cfg, on_piece=on_piece)
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     rss_after = rss_mb()
     at = {}

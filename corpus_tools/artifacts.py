@@ -117,3 +117,60 @@ def read_manifest(folder: str | os.PathLike, kind: str, verify: bool = False) ->
             if sha256_file(Path(folder) / name) != digest:
                 raise ValueError(f"{folder}/{name}: sha256 differs from manifest.json (corrupt or edited)")
     return manifest
+
+
+class NpyWriter:
+    """A .npy file written in appends, its length unknown up front (shards' columns, `korbert
+    embed`'s vectors): raw values go to a hidden .partial file beside it; close() writes header +
+    data to a temp file, fsyncs and renames it into place (readers never see a partial .npy) and
+    returns its sha256. `width` > 0: rows of that many values (shape (rows, width)); 0: one axis.
+    Memory stays flat. Every writer has its own temporary names, so a task run twice at once (a
+    Dask worker that seemed dead) never shares a file; a killed run leaves only hidden files."""
+
+    def __init__(self, path: str | os.PathLike, dtype, width: int = 0):
+        import uuid
+
+        import numpy as np
+
+        self.path, self.dtype, self.width, self.n = Path(path), np.dtype(dtype), width, 0
+        self.attempt = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.raw_path = self.path.with_name(f".{self.path.name}.{self.attempt}.partial")
+        self.raw = open(self.raw_path, "wb")
+
+    @property
+    def rows(self) -> int:
+        return self.n // self.width if self.width else self.n
+
+    def append(self, values) -> None:
+        import numpy as np
+
+        a = np.ascontiguousarray(values, dtype=self.dtype)
+        if self.width and a.size % self.width:
+            raise ValueError(f"{self.path.name}: {a.size} values are not rows of {self.width}")
+        self.raw.write(a.tobytes())
+        self.n += a.size
+
+    def close(self) -> str:
+        import io
+
+        import numpy as np
+
+        self.raw.close()
+        tmp = self.path.with_name(f".{self.path.name}.{self.attempt}.tmp")
+        header = io.BytesIO()
+        shape = (self.rows, self.width) if self.width else (self.n,)
+        np.lib.format.write_array_header_1_0(header, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": shape})
+        h = hashlib.sha256(header.getvalue())
+        with open(tmp, "wb") as out, open(self.raw_path, "rb") as src:
+            out.write(header.getvalue())
+            while block := src.read(1 << 20):
+                h.update(block)
+                out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, self.path)
+        self.raw_path.unlink()
+        return h.hexdigest()

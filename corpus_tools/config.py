@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import sys
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
@@ -67,3 +69,23 @@ def parse(cls: type[T], argv: list[str] | None = None, prog: str | None = None) 
 
 def to_dict(cfg: Any) -> dict:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}
+
+
+def run_command(name: str, fn: Callable[[list[str]], Any], argv: list[str]) -> int:
+    """Run a stage's cli(argv) as the command `korbert NAME`: a user mistake (InputError, a missing
+    file) is one line on stderr and exit status 2, not a traceback; Ctrl-C is 130; a closed pipe
+    (output into `head`) stops quietly. `korbert` and each stage's `python -m` entry share it."""
+    from corpus_tools.text import InputError
+
+    try:
+        fn(argv)
+    except (InputError, FileNotFoundError, NotADirectoryError, PermissionError) as e:
+        print(f"korbert {name}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"korbert {name}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return 0

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
 from corpus_tools.shard_format import mix64
-from corpus_tools.text import FirstDocs, InputError, ReadStats, _format_of, _open_text
+from corpus_tools.text import FirstDocs, InputError, ReadStats, format_of, open_text
 
 _MASK63 = (1 << 63) - 1
 
@@ -81,7 +81,7 @@ def ranged_pieces(file: int, path: Path, size: int, fid: int, piece_bytes: int) 
 def stream_pieces(file: int, path: Path, fid: int, piece_bytes: int, one_doc_per_line: bool) -> Iterator[tuple[Piece, bytes]]:
     """Decompress `path` and cut it into pieces of about `piece_bytes`, each ending where no
     document is open; a `PATH@N` file ends before its (N+1)-th document."""
-    fmt = _format_of(path)
+    fmt = format_of(path)
     limit = path.first if isinstance(path, FirstDocs) else 0
     blank_separated = fmt == "txt" and not one_doc_per_line
     docs, open_, k = 0, False, 0
@@ -89,7 +89,7 @@ def stream_pieces(file: int, path: Path, fid: int, piece_bytes: int, one_doc_per
     line = first_line = 1
     buf: list[bytes] = []
     try:
-        fh = _open_text(path)
+        fh = open_text(path)
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror}") from None
     try:
@@ -174,7 +174,7 @@ def read_piece(
     stats = stats if stats is not None else ReadStats()
     fields = [text_field] if isinstance(text_field, str) else list(text_field)
     path = Path(piece.path)
-    fmt = _format_of(path)
+    fmt = format_of(path)
     blank_separated = fmt == "txt" and not one_doc_per_line
     start, end = piece.start, piece.end
     stats.files += 1

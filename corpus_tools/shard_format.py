@@ -22,26 +22,23 @@ epoch, so tokens + units take half the bytes (disk, page cache) they did in form
 tokens int32 and units int16 (and no `dtypes`). Every .npy carries its dtype, so format 1 is read
 as it is; a reader's ids have the tokens column's dtype.
 
-split is "train" or "valid"; with --num-parts P, part p writes into part-{p:05d}/ and
-`korbert shards-merge OUT` writes one manifest over all parts. Instances are stored in document
-order: the loader shuffles.
+split is "train" or "valid"; a shard is one input piece (`{split}-FFFF-PPPPP`: input file, piece of
+it; corpus_tools/pieces.py), older folders have `{split}-KKKKK`. The manifest lists every shard's
+path, so readers never parse names. Instances are stored in document order: the loader shuffles.
 
 Nothing here needs Kiwi or korbert.tokenizer: a pretraining machine reads shards without them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
 import os
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from corpus_tools.artifacts import read_manifest, sha256_file
+from corpus_tools.artifacts import NpyWriter, read_manifest, sha256_file
 from corpus_tools.text import InputError
 
 FORMAT_VERSION = 2  # written; READ_VERSIONS are read
@@ -109,7 +106,7 @@ def to_unit(z: np.ndarray) -> np.ndarray:
 
 
 def special_mask_of(ids: np.ndarray) -> np.ndarray:
-    """bool [n]: the [CLS]/[SEP]/[PAD] positions (document text never holds these ids: see _Doc)."""
+    """bool [n]: the [CLS]/[SEP]/[PAD] positions (document text never holds these ids: see pairs.Doc)."""
     return (ids == CLS) | (ids == SEP) | (ids == PAD)
 
 
@@ -186,51 +183,13 @@ def mask_stats(inputs: np.ndarray, labels: np.ndarray, special: np.ndarray, mask
 # ---------------------------------------------------------------------------------------------
 
 
-class _Column:
-    """One .npy file written in appends: raw values go to a hidden .partial file; close() writes the
-    header + data to a temp file, fsyncs and renames it into place (readers never see a partial
-    .npy), returning its sha256."""
-
-    def __init__(self, path: Path, dtype):
-        self.path, self.dtype, self.n = path, np.dtype(dtype), 0
-        # one name per attempt: a task that Dask runs again (its worker died, or seemed to) never shares a file
-        self.attempt = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.raw_path = path.with_name(f".{path.name}.{self.attempt}.partial")
-        self.raw = open(self.raw_path, "wb")
-
-    def append(self, values) -> None:
-        a = np.ascontiguousarray(values, dtype=self.dtype)
-        self.raw.write(a.tobytes())
-        self.n += a.size
-
-    def close(self) -> str:
-        self.raw.close()
-        tmp = self.path.with_name(f".{self.path.name}.{self.attempt}.tmp")
-        header = io.BytesIO()
-        np.lib.format.write_array_header_1_0(
-            header, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (self.n,)}
-        )
-        h = hashlib.sha256(header.getvalue())
-        with open(tmp, "wb") as out, open(self.raw_path, "rb") as src:
-            out.write(header.getvalue())
-            while block := src.read(1 << 20):
-                h.update(block)
-                out.write(block)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, self.path)
-        self.raw_path.unlink()
-        return h.hexdigest()
-
-
-class _ShardWriter:
+class ShardWriter:
     """The columns of one shard; instances are appended a batch at a time."""
 
     def __init__(self, folder: Path, name: str, columns: dict[str, str]):
         """columns: `shard_columns(...)`."""
         self.name = name
-        self.cols = {c: _Column(folder / f"{name}.{c}.npy", t) for c, t in columns.items()}
+        self.cols = {c: NpyWriter(folder / f"{name}.{c}.npy", t) for c, t in columns.items()}  # one .npy writer for shards and `korbert embed`
         self.cols["offsets"].append([0])
         self.instances = self.tokens = 0
 
@@ -279,7 +238,7 @@ class ShardReader:
     def __len__(self) -> int:
         return int(self.ends[-1]) if len(self.ends) else 0
 
-    def _columns(self, k: int) -> dict:
+    def columns(self, k: int) -> dict:
         if k not in self._open:
             path = self.shards[k]["path"]
             cols = {}
@@ -296,7 +255,7 @@ class ShardReader:
         i %= len(self)
         k = int(np.searchsorted(self.ends, i, side="right"))
         j = i - (int(self.ends[k - 1]) if k else 0)
-        cols = self._columns(k)
+        cols = self.columns(k)
         a, b = int(cols["offsets"][j]), int(cols["offsets"][j + 1])
         ids = np.asarray(cols["tokens"][a:b])
         tt = np.zeros(b - a, dtype=np.int8)
@@ -325,7 +284,7 @@ class ShardReader:
         src = np.empty(n, np.int64)  # each instance's first token in its shard
         out = {"lengths": np.empty(n, np.int64), "b_start": np.empty(n, np.int64), "nsp": np.empty(n, np.int64)}
         for k in present:
-            cols, sel = self._columns(k), slice(None) if one else shard == k
+            cols, sel = self.columns(k), slice(None) if one else shard == k
             j = local[sel]
             src[sel] = cols["offsets"][j]
             out["lengths"][sel] = cols["offsets"][j + 1] - src[sel]
@@ -333,7 +292,7 @@ class ShardReader:
         lengths = out["lengths"]
         flat = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(src - (np.cumsum(lengths) - lengths), lengths)
         tok_shard = None if one else np.repeat(shard, lengths)
-        first = self._columns(present[0])
+        first = self.columns(present[0])
         for col, name in (("tokens", "input_ids"), ("labels", "labels"), ("units", "unit_ids")):
             if col not in first:
                 continue
@@ -343,7 +302,7 @@ class ShardReader:
             vals = np.empty(len(flat), first[col].dtype)
             for k in present:
                 sel = tok_shard == k
-                vals[sel] = self._columns(k)[col][flat[sel]]
+                vals[sel] = self.columns(k)[col][flat[sel]]
             out[name] = vals
         return out
 
@@ -391,7 +350,7 @@ def verify_shards(folder: str | os.PathLike, manifest: dict, split: str, rank: i
     return bad
 
 
-def _tokenizer_dir(folder: Path) -> Path:
+def tokenizer_dir(folder: Path) -> Path:
     if (folder / TOKENIZER_DIR).is_dir():
         return folder / TOKENIZER_DIR
     parts = sorted(folder.glob(f"part-*/{TOKENIZER_DIR}"))

@@ -198,14 +198,14 @@ def expand_inputs(inputs: Sequence[str | os.PathLike]) -> list[Path]:
     return unique
 
 
-def _open_text(path: Path) -> io.BufferedReader:
+def open_text(path: Path) -> io.BufferedReader:
     raw = open(path, "rb")
     if path.suffix == ".gz":
         return io.BufferedReader(gzip.GzipFile(fileobj=raw))  # type: ignore[arg-type]
     return raw  # type: ignore[return-value]
 
 
-def _format_of(path: Path) -> str:
+def format_of(path: Path) -> str:
     suffixes = [s for s in path.suffixes if s != ".gz"]
     return "jsonl" if suffixes and suffixes[-1] in (".jsonl", ".json", ".ndjson") else "txt"
 
@@ -226,9 +226,9 @@ def iter_documents(
     fields = [text_field] if isinstance(text_field, str) else list(text_field)
     for path in expand_inputs(inputs):
         stats.files += 1
-        fmt = _format_of(path)
+        fmt = format_of(path)
         try:
-            fh = _open_text(path)
+            fh = open_text(path)
         except OSError as e:
             raise InputError(f"cannot read {path}: {e.strerror}") from None
 

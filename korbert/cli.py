@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 
@@ -118,21 +117,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nkorbert: unknown command {argv[0]!r}", file=sys.stderr)
             return 2
         return 0
-    from corpus_tools.text import InputError
+    from corpus_tools.config import run_command
 
-    try:
-        COMMANDS[argv[0]](argv[1:])
-    except (InputError, FileNotFoundError, NotADirectoryError, PermissionError) as e:
-        print(f"korbert {argv[0]}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"korbert {argv[0]}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    return 0
-
+    return run_command(argv[0], COMMANDS[argv[0]], argv[1:])
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -39,7 +39,7 @@ from korbert.masking import EVAL_EPOCH, instance_keys, mask_batch
 
 def instance_lengths(reader: ShardReader) -> np.ndarray:
     """int64 [instances]: tokens per instance, read from the shards' offsets columns only."""
-    parts = [np.diff(np.asarray(reader._columns(k)["offsets"])) for k in range(len(reader.shards))]
+    parts = [np.diff(np.asarray(reader.columns(k)["offsets"])) for k in range(len(reader.shards))]
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 

@@ -9,10 +9,13 @@ work at V = 32k) runs on the ~15% of positions that carry an MLM label, not on e
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import torch
 import torch.nn.functional as F
 from transformers import BertConfig, BertForPreTraining
+
+from corpus_tools.text import InputError
 
 IGNORE = -100
 
@@ -25,6 +28,20 @@ PRESETS = {
     "base": (12, 768, 12),
     "large": (24, 1024, 16),
 }
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """--override key=value ... -> {key: value}; values are JSON where they parse (4, 0.1, true), else strings."""
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise InputError(f"--override {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
 
 
 def bert_config(size: str, vocab_size: int, max_seq_len: int = 128, overrides: dict | None = None) -> BertConfig:

@@ -122,19 +122,6 @@ class PretrainConfig:
 # ---------------------------------------------------------------------------------------------
 
 
-def _overrides(items: list[str]) -> dict:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise InputError(f"--override {item!r}: expected key=value")
-        k, v = item.split("=", 1)
-        try:
-            out[k] = json.loads(v)
-        except json.JSONDecodeError:
-            out[k] = v
-    return out
-
-
 def lr_at(step: int, progress: float, cfg: PretrainConfig, steps_hint: int | None, warm_end: float | None = None) -> float:
     """Peak lr x warmup/decay factor before optimizer step `step` at `progress` in [0, 1] of the budget.
 
@@ -398,7 +385,7 @@ class Trainer:
     def __init__(self, cfg: PretrainConfig):
         import torch
 
-        from corpus_tools.shard_format import _tokenizer_dir, open_shards, verify_shards
+        from corpus_tools.shard_format import tokenizer_dir, open_shards, verify_shards
         from korbert.model import count_parameters
         from korbert.tokenizer import KorBertTokenizer
 
@@ -420,7 +407,7 @@ class Trainer:
         except (FileNotFoundError, ValueError) as e:
             raise InputError(f"--shards {cfg.shards}: {e}") from None
         self.shards_manifest = sm
-        self.tok = tok = KorBertTokenizer.from_pretrained(_tokenizer_dir(Path(cfg.shards)))
+        self.tok = tok = KorBertTokenizer.from_pretrained(tokenizer_dir(Path(cfg.shards)))
         if tok.fingerprint != sm["tokenizer_hash"]:
             raise InputError(f"--shards {cfg.shards}: its tokenizer copy has hash {tok.fingerprint[:12]}, the manifest says {sm['tokenizer_hash'][:12]}")
         if cfg.objective != "mlm" and not sm["config"].get("nsp", True):
@@ -550,11 +537,11 @@ class Trainer:
         return state
 
     def _model_config(self, state: dict | None, vocab: int, max_seq_len: int):
-        from korbert.model import bert_config
+        from korbert.model import bert_config, parse_overrides
 
         if state is None:
             try:
-                mcfg = bert_config(self.cfg.model_size, vocab, max_seq_len, _overrides(self.cfg.override))
+                mcfg = bert_config(self.cfg.model_size, vocab, max_seq_len, parse_overrides(self.cfg.override))
             except ValueError as e:
                 raise InputError(str(e)) from None
         else:
@@ -933,6 +920,4 @@ def cli(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":  # torchrun -m korbert.pretrain ...
-    from korbert.cli import main as _main
-
-    sys.exit(_main(["pretrain", *(sys.argv[1:] if len(sys.argv) > 1 else [])]))
+    sys.exit(C.run_command("pretrain", cli, sys.argv[1:]))

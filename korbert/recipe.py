@@ -165,7 +165,7 @@ def _stage_configs(cfg: RecipeConfig) -> dict:
         path = re.sub(r"@\d+$", "", path) if not Path(path).exists() else path  # PATH@N: the first N documents
         if not any(ch in path for ch in "*?[") and not Path(path).exists():
             raise InputError(f"{path}: no such file (preset {cfg.preset!r}; pass your own paths with --corpus/--nsmc-train/...)")
-    from evals.finetune import open_folder
+    from korbert.folders import open_folder
 
     compared = [open_folder(folder, label=f"--compare {folder}") for folder in cfg.compare]  # checked before hours of pretraining
     classes = {"vocab": VocabConfig, "shards": ShardsConfig, "shards_long": ShardsConfig, "pretrain": PretrainConfig, "nsmc": NsmcConfig, "korquad": KorquadConfig, "baseline": BaselineConfig}
@@ -211,7 +211,7 @@ def _stage_configs(cfg: RecipeConfig) -> dict:
         )
     cfgs["nsmc_control"] = replace(cfgs["nsmc"], control=True, out=str(out / "nsmc" / "control"))
     cfgs["korquad_control"] = replace(cfgs["korquad"], control=True, out=str(out / "korquad" / "control"))
-    from evals.finetune import check_trained_positions
+    from korbert.folders import check_trained_positions
 
     for mf in compared:
         check_trained_positions(mf, cfgs["korquad"].max_len, cfgs["korquad"].allow_untrained_positions, False, "--set korquad.max_len=...")
@@ -392,6 +392,4 @@ def cli(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":  # torchrun -m korbert.recipe --preset gpu-base
-    from korbert.cli import main as _main
-
-    sys.exit(_main(["run", *sys.argv[1:]]))
+    sys.exit(C.run_command("run", cli, sys.argv[1:]))

@@ -15,9 +15,9 @@ _SHAPE = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermedia
 
 def model_name(pre) -> str:
     """"BERT-tiny", or with the shape overrides that make it another model: "BERT-tiny, num_hidden_layers=4"."""
-    from korbert.pretrain import _overrides  # the one parser of --override key=value
+    from korbert.model import parse_overrides  # the one parser of --override key=value
 
-    shape = [f"{k}={v}" for k, v in _overrides(pre.override).items() if k in _SHAPE]
+    shape = [f"{k}={v}" for k, v in parse_overrides(pre.override).items() if k in _SHAPE]
     return ", ".join([f"BERT-{pre.model_size}", *shape])
 
 

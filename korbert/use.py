@@ -69,7 +69,7 @@ class Encoder:
         from transformers import BertForMaskedLM
 
         from corpus_tools.text import InputError
-        from evals.finetune import open_model_folder
+        from korbert.folders import open_model_folder
 
         path, self.tok, _, config = open_model_folder(str(folder), label=str(folder))
         weights = path / "model.safetensors"
@@ -306,33 +306,6 @@ def token_vectors(enc: Encoder, texts: list[str], unit: str = "token", layer=-1,
 # -- streaming a file ----------------------------------------------------------------------------
 
 
-class NpyWriter:
-    """Rows appended to a .npy file whose length is unknown up front: the header is reserved at a
-    fixed size and rewritten with the final shape on close. Memory stays flat."""
-
-    HEADER = 128
-
-    def __init__(self, path: Path, width: int, dtype=np.float32):
-        self.path, self.width, self.dtype, self.rows = Path(path), width, np.dtype(dtype), 0
-        self.f = open(self.path, "wb")
-        self.f.write(self._header(0))
-
-    def _header(self, rows: int) -> bytes:
-        d = repr({"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (rows, self.width)}).encode()
-        n = self.HEADER - 10
-        return b"\x93NUMPY\x01\x00" + n.to_bytes(2, "little") + d.ljust(n - 1) + b"\n"
-
-    def write(self, a: np.ndarray) -> None:
-        a = np.ascontiguousarray(a, dtype=self.dtype).reshape(-1, self.width)
-        self.f.write(a.tobytes())
-        self.rows += len(a)
-
-    def close(self) -> None:
-        self.f.seek(0)
-        self.f.write(self._header(self.rows))
-        self.f.close()
-
-
 def read_texts(path: str | os.PathLike, text_field: str = "text") -> Iterator[str]:
     """Input file format: `.txt`: one text per line (every line, empty ones too, is one row);
     `.jsonl`: one JSON object per line with a `text_field`; either optionally gzipped."""
@@ -405,8 +378,10 @@ def main(cfg: EmbedConfig) -> dict:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     width = enc.width(layer)
-    sent_w = NpyWriter(out / "sentences.npy", width)
-    tok_w = NpyWriter(out / "tokens.npy", width) if cfg.unit else None
+    from corpus_tools.artifacts import NpyWriter
+
+    sent_w = NpyWriter(out / "sentences.npy", np.float32, width)
+    tok_w = NpyWriter(out / "tokens.npy", np.float32, width) if cfg.unit else None
     index = open(out / "index.jsonl", "w", encoding="utf-8")
     n = truncated = 0
     bar = tqdm(total=_count_lines(src), unit="text", disable=not cfg.progress, desc="embed")
@@ -426,14 +401,14 @@ def main(cfg: EmbedConfig) -> dict:
                     if tv is not None:
                         toks[i] = tv[j]
                 bar.update(len(idx))
-            sent_w.write(sent)
+            sent_w.append(sent)
             for i in range(len(texts)):
                 rec = {"row": n + i, "n_tokens": meta[i][0], "truncated": meta[i][1]}
                 truncated += meta[i][1]
                 if tok_w is not None:
                     rec["tokens"] = [tok_w.rows, tok_w.rows + len(toks[i].spans)]
                     rec["spans"] = [list(s) for s in toks[i].spans]
-                    tok_w.write(toks[i].vectors)
+                    tok_w.append(toks[i].vectors)
                 index.write(json.dumps(rec) + "\n")
             n += len(texts)
     finally:

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from corpus_tools.shard_format import CLS, SEP, open_shards
-from corpus_tools.shards import ShardsConfig, _is_valid, main as shards_main
+from corpus_tools.pairs import is_valid as _is_valid
+from corpus_tools.shards import ShardsConfig, main as shards_main
 from corpus_tools.text import InputError, clean
 from korbert.pretrain import PretrainConfig, UNTRAINED_WITHOUT_NSP, main as pretrain_main
 

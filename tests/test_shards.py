@@ -16,10 +16,8 @@ import pytest
 
 from conftest import SAMPLE, sample_texts, write_jsonl
 from corpus_tools.artifacts import read_manifest, sha256_file
-from corpus_tools.shards import (
-    CLS, IGNORE, MASK, SEP, MaskConfig, ShardsConfig, first_normal_id, main, mask_tokens, open_shards,
-)
-from corpus_tools.shard_format import shard_columns
+from corpus_tools.shard_format import CLS, IGNORE, MASK, SEP, MaskConfig, first_normal_id, mask_tokens, open_shards, shard_columns
+from corpus_tools.shards import ShardsConfig, main
 from corpus_tools.text import InputError
 
 
@@ -452,7 +450,7 @@ def test_mask_tokens_on_uint16_ids_draws_as_on_int32():
 
 
 def test_shard_columns_and_instances_fit_their_dtypes():
-    from corpus_tools.shards import _Doc, build_instance
+    from corpus_tools.pairs import Doc as _Doc, build_instance
 
     assert shard_columns(1 << 16, 130, "dynamic", True) == {
         "tokens": "uint16", "offsets": "int64", "b_start": "int16", "nsp": "int8", "units": "int8",
@@ -481,7 +479,7 @@ def test_shard_columns_and_instances_fit_their_dtypes():
 def test_build_instances_matches_build_instance_pair_by_pair():
     """The batch builder (one concatenation) gives every instance exactly as the per-pair reference,
     the renumbered ones (unit ids past int8) included."""
-    from corpus_tools.shards import _Doc, build_instance, build_instances
+    from corpus_tools.pairs import Doc as _Doc, build_instance, build_instances
 
     rng = np.random.default_rng(0)
     docs = []
@@ -518,7 +516,7 @@ def test_batch_of_docs_matches_doc_by_doc_and_cuts_alike(petition_encodings, tok
     """`_docs` (a batch's per-document numpy work done once) gives every document exactly as `_Doc`
     alone (an empty one: None), and `_word_cut` picks the same boundary, draw by draw, from its
     list of eojeol starts as the per-slice numpy search it replaced."""
-    from corpus_tools.shards import _Doc, _docs, _word_cut
+    from corpus_tools.pairs import Doc as _Doc, _word_cut, encoded_docs as _docs
 
     def numpy_cut(doc, a0, a1, rng):  # the reference: the search on the unit arrays themselves
         if a1 - a0 < 2:
