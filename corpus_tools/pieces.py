@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
 from corpus_tools.shard_format import mix64
-from corpus_tools.text import FirstDocs, InputError, ReadStats, format_of, open_text
+from corpus_tools.text import FirstDocs, InputError, ReadStats, format_of, jsonl_text, open_text
 
 _MASK63 = (1 << 63) - 1
 
@@ -246,21 +245,10 @@ def read_piece(
                 continue
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                obj = None
-            if type(obj) is not dict:
-                bad("malformed_json", where(offset, line_no))
+            text, problem = jsonl_text(line, fields)
+            if problem:
+                bad(problem, where(offset, line_no))
                 continue
-            values = [obj[f] for f in fields if f in obj]
-            if not values:
-                bad("missing_field", where(offset, line_no))
-                continue
-            if len(values) == 1 and type(values[0]) is str:
-                text = values[0]
-            else:
-                text = "\n".join(str(v) for v in values if v is not None)
             stats.documents_in += 1
             yield offset, where(offset, line_no), text
     if buf:

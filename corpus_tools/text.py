@@ -210,6 +210,23 @@ def format_of(path: Path) -> str:
     return "jsonl" if suffixes and suffixes[-1] in (".jsonl", ".json", ".ndjson") else "txt"
 
 
+def jsonl_text(line: str, fields: Sequence[str]) -> tuple[str, str | None]:
+    """One JSON Lines row -> (its text, None), or ("", the skip reason: malformed_json, missing_field).
+    Several fields (title + text) are joined by a newline; null ones are left out."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError:
+        obj = None
+    if type(obj) is not dict:  # not an object (or not JSON)
+        return "", "malformed_json"
+    values = [obj[f] for f in fields if f in obj]
+    if not values:
+        return "", "missing_field"
+    if len(values) == 1 and type(values[0]) is str:
+        return values[0], None
+    return "\n".join(str(v) for v in values if v is not None), None
+
+
 def iter_documents(
     inputs: Sequence[str | os.PathLike],
     text_field: str | Sequence[str] = "text",
@@ -258,21 +275,10 @@ def iter_documents(
                     if fmt == "jsonl":
                         if not line.strip():
                             continue
-                        try:
-                            obj = json.loads(line)
-                        except json.JSONDecodeError:
-                            obj = None
-                        if type(obj) is not dict:  # not an object (or not JSON)
-                            bad("malformed_json", where)
+                        text, problem = jsonl_text(line, fields)
+                        if problem:
+                            bad(problem, where)
                             continue
-                        values = [obj[f] for f in fields if f in obj]
-                        if not values:
-                            bad("missing_field", where)
-                            continue
-                        if len(values) == 1 and type(values[0]) is str:
-                            text = values[0]
-                        else:  # several fields (title + text), joined by a newline; null ones left out
-                            text = "\n".join(str(v) for v in values if v is not None)
                         stats.documents_in += 1
                         yield where, text
                     elif one_doc_per_line:
