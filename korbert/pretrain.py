@@ -46,6 +46,7 @@ import numpy as np
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, cpuinfo, read_manifest, write_manifest
 from corpus_tools.text import InputError
+from korbert.distributed import AgreedClock, Dist, default_workers  # noqa: F401  (importable from here, as before)
 from korbert.masking import MASKING_VERSION
 
 FORMAT_VERSION = 1
@@ -146,68 +147,6 @@ def peak_flops(device_name: str) -> float | None:
     return next((v for k, v in PEAK_BF16_FLOPS if k in device_name), None)
 
 
-class _Dist:
-    """torchrun's environment, or one process."""
-
-    def __init__(self, device_kind: str):
-        import torch
-        import torch.distributed as dist
-
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        cuda = torch.cuda.is_available() if device_kind == "auto" else device_kind == "cuda"
-        if cuda and not torch.cuda.is_available():
-            raise InputError("--device cuda: no CUDA device is visible")
-        self.device = torch.device(f"cuda:{self.local_rank}" if cuda else "cpu")
-        if cuda:
-            torch.cuda.set_device(self.device)
-        if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if cuda else "gloo")
-        self.main = self.rank == 0
-
-    def all_sum(self, t):
-        if self.world > 1:
-            import torch.distributed as dist
-
-            dist.all_reduce(t)
-        return t
-
-    def gather(self, obj) -> list:
-        if self.world == 1:
-            return [obj]
-        import torch.distributed as dist
-
-        out = [None] * self.world
-        dist.all_gather_object(out, obj)
-        return out
-
-    def barrier(self):
-        if self.world > 1:
-            import torch.distributed as dist
-
-            dist.barrier()
-
-    def close(self):
-        if self.world > 1:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
-
-
-def default_workers(cuda: bool = True) -> int:
-    """DataLoader workers per process when not given. On GPUs: the CPU cores this process may use,
-    shared by the processes of this machine (torchrun's LOCAL_WORLD_SIZE; not when the launcher
-    already pinned each process to its own cores), less one for the training process itself. On a
-    CPU the training process's own threads use the cores: one worker."""
-    if not cuda:
-        return 1
-    total = os.cpu_count() or 1
-    mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else total
-    shared = mine == total  # not pinned: the local processes share the machine's cores
-    return max(0, mine // (int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if shared else 1) - 1)
-
-
 def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX-BF16, read from /proc/cpuinfo).
     Elsewhere torch emulates bf16 matmuls, slower than fp32."""
@@ -276,27 +215,6 @@ class _Phase:
     plan: object
     max_len: int
     fixed: tuple[int, int] | None
-
-
-class AgreedClock:
-    """Rank 0's training time as every rank sees it, one step late: the clock carried by step s's
-    all-reduce is read at step s + 1, when it has long arrived, so no rank waits on the step it just
-    queued (a host hiccup on one rank would otherwise stall every GPU). All ranks read the same
-    values, so they agree on progress, learning rate and the stop."""
-
-    def __init__(self, seconds: float):
-        self.seconds, self.pending = seconds, None
-
-    def push(self, value, event) -> float:
-        """value: this step's clock (a CPU tensor, maybe still in flight); event: a CUDA event recorded
-        after its copy (None: it is there). -> the previous step's clock."""
-        if self.pending is not None:
-            before, done = self.pending
-            if done is not None:
-                done.synchronize()  # the previous step's copy: finished unless the host is a step ahead
-            self.seconds = float(before)
-        self.pending = (value, event)
-        return self.seconds
 
 
 def _truncate_log(path: Path, step: int) -> None:
@@ -394,7 +312,7 @@ class Trainer:
         if cfg.batch_size < 1 or cfg.grad_accum < 1 or cfg.tokens_per_batch < 0:
             raise InputError("--batch-size and --grad-accum must be >= 1, --tokens-per-batch >= 0")
         self.cfg = cfg
-        self.dist = dist = _Dist(cfg.device)
+        self.dist = dist = Dist(cfg.device)
         self.dev = dev = dist.device
         self.cuda = dev.type == "cuda"
         self.out = out = Path(cfg.out)

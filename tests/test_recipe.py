@@ -97,7 +97,7 @@ RANK0_FIRST = """
 import os, sys, time
 from pathlib import Path
 import torch
-from korbert.pretrain import _Dist
+from korbert.distributed import Dist as _Dist
 from korbert.recipe import rank0_first
 done, launch = Path(sys.argv[1]), sys.argv[2]
 def preprocess():
