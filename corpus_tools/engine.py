@@ -55,14 +55,15 @@ def run_dask(task: Callable, job, todo: Iterator[tuple[Piece, bytes | None]], cf
         workers = len(client.scheduler_info()["workers"]) or 1
         print(f"shards: {workers} Dask worker(s) at {client.scheduler.address}", file=sys.stderr)
         queue = as_completed()
-        inflight: dict[str, tuple[Piece, bytes | None, int]] = {}  # a streamed piece's bytes stay here until it is done
+        inflight: dict[str, tuple[Piece, bytes | None, int]] = {}  # by task key; a streamed piece's bytes stay here until it is done
 
         def submit(piece: Piece, data: bytes | None, attempt: int = 0) -> None:
             # scattered bytes go straight to a worker, not through the scheduler; if that worker dies
             # they are lost with it, and the piece is sent again from here
             arg = client.scatter(data, hash=False) if data is not None else None
-            inflight[piece.name] = (piece, data, attempt)
-            queue.add(client.submit(task, job, piece, arg, key=f"korbert-piece-{piece.name}-{run}-{attempt}", pure=False))
+            key = f"korbert-piece-{piece.name}-{run}-{attempt}"
+            inflight[key] = (piece, data, attempt)
+            queue.add(client.submit(task, job, piece, arg, key=key, pure=False))
 
         def submit_next() -> None:
             nxt = next(todo, None)
@@ -72,17 +73,15 @@ def run_dask(task: Callable, job, todo: Iterator[tuple[Piece, bytes | None]], cf
         for _ in range(2 * workers + 1):
             submit_next()
         for future in queue:
-            name = "-".join(future.key.split("-")[2:4])
-            piece, data, attempt = inflight[name]
+            piece, data, attempt = inflight.pop(future.key)
             try:
                 record = future.result()  # a task's InputError (--strict, unreadable file) is raised here
             except (CancelledError, KilledWorker) as e:  # its worker died (with its input, or too often)
                 if attempt >= 3:
-                    raise RuntimeError(f"piece {name} of {piece.path}: lost its worker {attempt + 1} times; giving up") from e
-                print(f"shards: piece {name} lost its worker ({type(e).__name__}); running it again", file=sys.stderr)
+                    raise RuntimeError(f"piece {piece.name} of {piece.path}: lost its worker {attempt + 1} times; giving up") from e
+                print(f"shards: piece {piece.name} lost its worker ({type(e).__name__}); running it again", file=sys.stderr)
                 submit(piece, data, attempt + 1)
                 continue
-            del inflight[name]
             bar.update(record["documents"].get("documents_in", 0))
             future.release()
             yield piece, record

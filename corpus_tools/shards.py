@@ -365,9 +365,9 @@ def _split_summary(c: Counter, nsp: bool = True) -> dict:
     }
 
 
-def _summarize(chunks: list[dict], skipped: Counter, first: dict, nsp: bool = True) -> dict:
-    """Totals over chunk records (+ the reader's own skips): documents in = used + skipped, always."""
-    docs, skipped, first = Counter(documents_in=sum(skipped.values())), Counter(skipped), dict(first)
+def _summarize(chunks: list[dict], nsp: bool = True) -> dict:
+    """Totals over the pieces' records (each holds its reader's skips too): documents in = used + skipped, always."""
+    docs, skipped, first = Counter(), Counter(), {}
     splits = {s: Counter() for s in SPLITS}
     for ch in chunks:
         docs.update(ch["documents"])
@@ -425,6 +425,8 @@ class _Job:
     cfg: ShardsConfig
     folder: str
     kiwi_threads: int  # 0: all cores (one process alone)
+    mcfg: MaskConfig
+    columns: dict[str, str]
 
 
 @lru_cache(maxsize=2)
@@ -443,22 +445,18 @@ def build_piece(job: _Job, piece: Piece, data: bytes | None = None, on_batch: Ca
     from korbert.tokenizer import gc_paused
 
     cfg = job.cfg
-    threads = job.kiwi_threads
-    if not threads and _on_dask_worker():
-        threads = 1  # --scheduler: one Kiwi thread per worker thread (start one worker process per core)
-    tok = _task_tokenizer(str(Path(job.folder) / TOKENIZER_DIR), threads)
-    mcfg = MaskConfig.from_tokenizer(tok, cfg.mask_prob)
-    columns = shard_columns(len(tok), cfg.max_seq_len, cfg.masking, cfg.mask_unit != "token")
-    chunk = _Chunk(piece.name, Path(job.folder), cfg, mcfg, columns)
+    tok = _task_tokenizer(str(Path(job.folder) / TOKENIZER_DIR), job.kiwi_threads)
+    chunk = _Chunk(piece.name, Path(job.folder), cfg, job.mcfg, job.columns)
     stats = ReadStats()
-    cpu = Counter()
+    cpu = Counter()  # CPU seconds of this thread: reading, the tokenizer's Python side, the recipe
+    analysed = 0  # documents through Kiwi so far (the progress bar's count)
     process0 = time.process_time()
     batch: list[tuple[int, str, str, str]] = []
     chars = 0
     pending: list = []  # at most one batch under analysis while the one before it becomes instances
 
     def flush(drain: bool = False) -> None:
-        nonlocal chars
+        nonlocal chars, analysed
         if batch:
             t = time.thread_time()
             pending.append((batch.copy(), tok.encode_documents_async([x[3] for x in batch])))
@@ -474,7 +472,7 @@ def build_piece(job: _Job, piece: Piece, data: bytes | None = None, on_batch: Ca
                 chunk.add(done, encs)
             cpu["tokenize"] += t2 - t
             cpu["recipe"] += time.thread_time() - t2
-            cpu["documents"] += len(done)
+            analysed += len(done)
             if on_batch is not None:
                 on_batch(len(done))
 
@@ -499,26 +497,13 @@ def build_piece(job: _Job, piece: Piece, data: bytes | None = None, on_batch: Ca
     flush(drain=True)
     record = chunk.close()
     if on_batch is not None:  # and the documents skipped before Kiwi, for the progress bar
-        on_batch(stats.documents_in - cpu.pop("documents", 0))
+        on_batch(stats.documents_in - analysed)
     record["documents"]["documents_in"] = stats.documents_in
     record["skipped"] = dict(Counter(record["skipped"]) + stats.skipped)
     record["first_skip_at"] = {**stats.examples, **record["first_skip_at"]}
     record["bytes"] = piece.bytes
-    cpu.pop("documents", None)
     record["cpu_seconds"] = {**{k: round(v, 3) for k, v in cpu.items()}, "process": round(time.process_time() - process0, 3)}
     return record
-
-
-def _on_dask_worker() -> bool:
-    if "distributed" not in sys.modules:
-        return False
-    from distributed import get_worker
-
-    try:
-        get_worker()
-        return True
-    except ValueError:
-        return False
 
 
 def _pieces(files: list[Path], inputs: list[dict], cfg: ShardsConfig) -> Iterator[tuple[Piece, bytes | None]]:
@@ -581,8 +566,10 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
 
     done = progress["chunks"]
     todo = ((p, d) for p, d in _pieces(files, inputs, cfg) if p.name not in done)
-    threads = cfg.kiwi_threads or (max(1, default_threads() // cfg.workers) if cfg.workers else 0)
-    job = _Job(cfg, str(folder.resolve()), threads)
+    # Kiwi threads: all cores in one process; their share on a local cluster; one per worker thread on
+    # a running cluster (start one worker process per core)
+    threads = cfg.kiwi_threads or (max(1, default_threads() // cfg.workers) if cfg.workers else 1 if cfg.scheduler else 0)
+    job = _Job(cfg, str(folder.resolve()), threads, mcfg, columns)
     bar = tqdm(desc="shards", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
     built, mb = 0, 0.0
     runner = run_dask(build_piece, job, todo, cfg, bar) if cfg.workers or cfg.scheduler else run_here(build_piece, job, todo, bar)
@@ -599,7 +586,7 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
         p.unlink(missing_ok=True)  # what killed attempts of a task left behind
 
     chunks = [done[k] for k in sorted(done)]
-    counts = {"files": len(files), "bytes": sum(ch["bytes"] for ch in chunks), "pieces": len(chunks), **_summarize(chunks, Counter(), {}, cfg.nsp)}
+    counts = {"files": len(files), "bytes": sum(ch["bytes"] for ch in chunks), "pieces": len(chunks), **_summarize(chunks, cfg.nsp)}
     counts["masking_measured_on"] = (
         "every instance as written" if cfg.masking == "static"
         else f"one mask_tokens draw on the instances of every shard's first documents (until {DYNAMIC_STATS_FIRST} instances) "

@@ -163,6 +163,11 @@ def resolve_precision(want: str, cuda: bool) -> str:
 BUDGET = ("max_steps", "max_tokens", "max_minutes")
 
 
+def _budget(cfg: PretrainConfig) -> dict:
+    """The run's budget, recorded in final/'s manifest: final/ is up to date only for the budget it was made with."""
+    return {k: getattr(cfg, k) for k in BUDGET}
+
+
 def _run_key(
     cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int, precision: str, cuda: bool, long_key: str = "", dynamic: bool = True,
 ) -> str:
@@ -345,7 +350,7 @@ class Trainer:
         if self.final.exists() and not cfg.force:
             try:
                 fm = read_manifest(self.final, "model")
-                if fm.get("run_key") == key and fm.get("budget") == {k: getattr(cfg, k) for k in BUDGET}:
+                if fm.get("run_key") == key and fm.get("budget") == _budget(cfg):
                     self.done_before = fm
                     return
             except (FileNotFoundError, ValueError):
@@ -794,7 +799,7 @@ class Trainer:
     def result(self) -> dict:
         cfg, sm = self.cfg, self.shards_manifest
         return {
-            "run_key": self.key, "budget": {k: getattr(cfg, k) for k in BUDGET},
+            "run_key": self.key, "budget": _budget(cfg),
             "step": self.step_no, "tokens": self.tokens, "seconds": round(self.seconds, 1), "parameters": self.n_params,
             "eval": self.last_eval, "model_size": cfg.model_size, "config": self.run_cfg, "shards_key": sm["key"],
             "shards_path": str(cfg.shards), "model_config": self.mcfg.to_dict(), "objective": cfg.objective,
