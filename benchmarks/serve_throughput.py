@@ -46,6 +46,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from corpus_tools import SAMPLE_DATA
 from corpus_tools.artifacts import machine  # noqa: E402
 
 
@@ -194,7 +195,7 @@ def flood(port: int, texts: list[str], rate_sentences: float, seconds: float, th
 def main() -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=str(ROOT / "runs" / "demo" / "pretrain" / "final"))
-    ap.add_argument("--texts", default=str(ROOT / "korbert" / "sample_data" / "nsmc_test.txt"))
+    ap.add_argument("--texts", default=str(SAMPLE_DATA / "nsmc_test.txt"))
     ap.add_argument("--configs", default="32:32:2,64:32:5,128:32:10,64:16:5", help="max_batch:forward_batch:max_wait_ms to sweep")
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=10, help="per swept configuration")

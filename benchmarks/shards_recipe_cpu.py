@@ -6,7 +6,7 @@ The end-to-end benchmark (`shards_throughput.py`) divides by bare Kiwi, whose ru
 small shared machine (±10%) hides a change worth a few percent of the stage; this one times only the
 part a change to the recipe touches. The documents are read and cleaned as the stage does, encoded
 once by this checkout's `encode_documents` in batches of --batch-docs, and pickled; every checkout
-then runs `_Chunk.add` on the same batches in its own process. Rounds alternate the checkouts; the
+then runs `ShardChunk.add` on the same batches in its own process. Rounds alternate the checkouts; the
 median round is reported, and each checkout's ratio to the first one.
 
     python benchmarks/shards_recipe_cpu.py --tokenizer runs/vocab --checkouts /tmp/old .
@@ -40,7 +40,11 @@ tok = KorBertTokenizer.from_pretrained(tokenizer)
 cfg = S.ShardsConfig(tokenizer=tokenizer, inputs=[], out="")
 columns = shard_columns(len(tok), cfg.max_seq_len, cfg.masking, True)
 with tempfile.TemporaryDirectory(prefix="recipe-bench-") as tmp:
-    chunk = S._Chunk("0000-00000" if hasattr(S, "build_piece") else 0, __import__("pathlib").Path(tmp), cfg, MaskConfig.from_tokenizer(tok, cfg.mask_prob), columns)
+    try:
+        from corpus_tools.shard_task import ShardChunk
+    except ImportError:  # a checkout before corpus_tools/shard_task.py
+        ShardChunk = S._Chunk
+    chunk = ShardChunk("0000-00000" if hasattr(S, "build_piece") else 0, __import__("pathlib").Path(tmp), cfg, MaskConfig.from_tokenizer(tok, cfg.mask_prob), columns)
     cpu = time.process_time()
     for batch, encs in batches:
         chunk.add(batch, encs)
@@ -107,7 +111,7 @@ def main() -> None:
     base = a.checkouts[0]
     name = lambda c: Path(c).resolve().name  # noqa: E731
     out = {
-        "stage": "shards", "what": "CPU seconds of the recipe alone (_Chunk.add + close on pre-encoded batches), per checkout",
+        "stage": "shards", "what": "CPU seconds of the recipe alone (ShardChunk.add + close on pre-encoded batches), per checkout",
         "command": "python " + " ".join(sys.argv), "machine": machine(), "load_average_1min_before_after": load,
         "input": a.input, "documents": n, "batch_docs": a.batch_docs, "rounds": a.rounds,
         "median_cpu_seconds": med, "us_per_document": {c: round(1e6 * s / n, 1) for c, s in med.items()},

@@ -1,4 +1,4 @@
-"""Rebuild the embedded sample data (korbert/sample_data/) from the full shared data.
+"""Rebuild the embedded sample data (corpus_tools/sample_data/) from the full shared data.
 
     python -m corpus_tools.make_sample --data ../shared/data
 
@@ -21,7 +21,7 @@ import json
 import random
 from pathlib import Path
 
-SAMPLE_DIR = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
+from corpus_tools import SAMPLE_DATA as SAMPLE_DIR
 
 
 def _sample_lines(lines: list[str], k: int, rng: random.Random) -> list[str]:

@@ -1,8 +1,40 @@
 """BERT's recipe on token slices: encoded documents -> NSP pairs (or packed rows) -> instance arrays.
 
-The shards stage (corpus_tools/shards.py) feeds it one piece's documents at a time; the rules
-themselves (chunks, the A/B cut, IsNext/NotNext, truncation, one-sentence splits, packing) are
-described at the top of that module. Every random choice of a document comes from (seed, its key):
+The shards stage's task (corpus_tools/shard_task.py) feeds it one piece's documents at a time.
+
+The recipe (google-research/bert create_pretraining_data.py, on token slices):
+  * a document is a list of Kiwi sentences; sentences are gathered into a chunk until it holds
+    `max_seq_len - 3` tokens (with probability `short_seq_prob` a shorter random target is drawn,
+    once per document, as BERT does); the chunk is cut at a random sentence boundary into A and B;
+  * B is the actual continuation (IsNext, label 0) with probability 0.5, else a random span of
+    another document (NotNext, label 1) and the unused sentences go back for the next chunk;
+  * a chunk of a single sentence has no sentence boundary to cut at. BERT makes it NotNext, so a
+    corpus of one-sentence documents (reviews) gets far fewer than 50% IsNext pairs (21% on the
+    shared corpus). `single_sentence` "split" (default) cuts such a sentence at a random eojeol
+    (word) boundary instead, or at a random morpheme boundary when it is one eojeol (reviews often
+    go without spaces: one eojeol of a whole clause is common): A = the prefix; B = the true rest
+    of the sentence (IsNext) with probability 0.5, else a random B as above (NotNext; A is the same
+    prefix either way, so its shape does not give the label away, and the unused suffix is dropped:
+    counted as `single_sentence_suffix_dropped_tokens`). Only a chunk of one single-morpheme
+    sentence ("강추", "ㅋㅋㅋ") is still forced to NotNext (`forced_random_next`). "random" keeps
+    BERT's rule exactly;
+  * the longer of A/B loses tokens, front or back at random, until the pair fits (a sentence longer
+    than the budget is simply truncated with the rest); `[CLS] A [SEP] B [SEP]`;
+  * MLM (`mask_tokens`, one function for both modes): round(15%) of the non-special tokens (>= 1),
+    whole units (`mask_unit` token|morpheme|eojeol) at a time; each chosen token becomes [MASK] 80%,
+    a random *normal* piece 10%, itself 10%. `static` writes `dupe_factor` differently masked
+    copies; `dynamic` (default) writes unmasked pairs plus unit ids, and the pretraining loader calls
+    `mask_tokens` anew every epoch (see `ShardReader.masked`).
+
+"Random B from another document": BERT draws from the whole corpus, which a stream cannot. Here B
+comes from a seeded uniform pick among the *earlier* documents of the same shard and split, a pool
+bounded to the last `pool_tokens` tokens (oldest documents dropped first). So negatives come from
+nearby documents (often similar topic: somewhat harder NSP than BERT's), shards stay independent of
+each other (resume), and the first document of a shard has no partner (a one-sentence chunk there
+is dropped and counted as `unpaired_chunks`; a longer one becomes IsNext). Validation documents
+only ever pair with validation documents.
+
+Every random choice of a document comes from (seed, its key):
 `draw_uniforms` for its first DRAWS choices, then `DocRng`'s PCG64 (`Draws` hands out both).
 """
 

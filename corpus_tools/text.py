@@ -1,6 +1,6 @@
 """Text in: reading raw corpora, NFC with exact offsets back to the user's string, cleaning.
 
-Input formats (the sample files in korbert/sample_data/ double as the spec):
+Input formats (the sample files in corpus_tools/sample_data/ double as the spec):
   * plain text (.txt): documents separated by blank lines, or one document per line
     (`one_doc_per_line=True`);
   * JSON Lines (.jsonl / .json): one object per line, the text under `text_field`

@@ -25,12 +25,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from corpus_tools import SAMPLE_DATA
 from corpus_tools import config as C
 from corpus_tools.artifacts import file_record, read_manifest, write_manifest
 from corpus_tools.morph import DEFAULT_KIWI, analyze, default_threads
 from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_documents
 
-SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
 DELIM = "\x1f"  # unit separator: a control character, so cleaning guarantees it is not in the text
 FORMAT_VERSION = 1
 SAMPLE_MARGIN = 1.25  # documents are sampled until their estimated sentences are this many times --max-sentences
@@ -42,7 +42,7 @@ class VocabConfig:
     """Train a morpheme-aware SentencePiece vocabulary and write a tokenizer folder."""
 
     inputs: list[str] = C.field(
-        [str(SAMPLE / "reviews.jsonl.gz"), str(SAMPLE / "petitions.jsonl.gz")],
+        [str(SAMPLE_DATA / "reviews.jsonl.gz"), str(SAMPLE_DATA / "petitions.jsonl.gz")],
         "text files, folders or globs: .txt (blank line between documents), .jsonl, optionally .gz",
     )
     out: str = C.field("runs/vocab", "output folder (a tokenizer folder with manifest.json)")

@@ -21,21 +21,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from corpus_tools import SAMPLE_DATA
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, file_record
 from corpus_tools.text import InputError
 from evals.data import read_nsmc
 from evals.finetune import write_results
 
-SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
 
 
 @dataclass
 class BaselineConfig:
     """NSMC baselines: TF-IDF + logistic regression over character and Kiwi-morpheme n-grams."""
 
-    train: str = C.field(str(SAMPLE / "nsmc_train.txt"), "training file, NSMC format (id<TAB>document<TAB>label, header)")
-    test: str = C.field(str(SAMPLE / "nsmc_test.txt"), "test file, same format")
+    train: str = C.field(str(SAMPLE_DATA / "nsmc_train.txt"), "training file, NSMC format (id<TAB>document<TAB>label, header)")
+    test: str = C.field(str(SAMPLE_DATA / "nsmc_test.txt"), "test file, same format")
     out: str = C.field("runs/eval-baseline", "output folder")
     analyzer: str = C.field("both", "features: character n-grams, Kiwi morpheme n-grams, or both", choices=["char", "morph", "both"])
     char_ngrams: list[int] = C.field([1, 4], "character n-gram range (min max)")

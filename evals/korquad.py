@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from corpus_tools import SAMPLE_DATA
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_json, file_record
 from corpus_tools.text import InputError
@@ -51,7 +52,6 @@ from evals.finetune import (
 )
 from evals.table import print_table, result_row
 
-SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
 
 
 @dataclass
@@ -59,7 +59,7 @@ class KorquadConfig:
     """Fine-tune a korbert model on KorQuAD 1.0 and report EM / F1 (official KorQuAD scorer)."""
 
     model: str = C.field("", MODEL_HELP + " (required)")
-    dev_file: str = C.field(str(SAMPLE / "korquad_dev.json"), "KorQuAD 1.0 dev JSON (SQuAD v1 format)")
+    dev_file: str = C.field(str(SAMPLE_DATA / "korquad_dev.json"), "KorQuAD 1.0 dev JSON (SQuAD v1 format)")
     train_file: str = C.field("", "official train JSON: train on it and score all of dev (default: split dev by article)")
     holdout_every: int = C.field(5, "without --train-file: articles 0, N, 2N, ... of dev are scored, the rest trained on")
     out: str = C.field("runs/eval-korquad", "output folder")

@@ -17,13 +17,15 @@ import gzip
 import json
 from pathlib import Path
 
+from corpus_tools import SAMPLE_DATA
+
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = {"tiny": (2, 128, 2), "mini": (4, 256, 4), "small": (4, 512, 8)}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus", nargs="+", default=[str(ROOT / "korbert" / "sample_data" / "reviews.jsonl.gz")], help="JSONL(.gz) with a text field")
+    p.add_argument("--corpus", nargs="+", default=[str(SAMPLE_DATA / "reviews.jsonl.gz")], help="JSONL(.gz) with a text field")
     p.add_argument("--out", default=str(ROOT / "runs" / "bert-wordpiece-mini"))
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--size", default="mini", choices=list(SIZES))

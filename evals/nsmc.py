@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from corpus_tools import SAMPLE_DATA
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, file_record
 from corpus_tools.text import InputError
@@ -34,7 +35,6 @@ from evals.finetune import (
 from evals import features as F
 from evals.table import print_table, result_row
 
-SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
 
 
 @dataclass
@@ -42,8 +42,8 @@ class NsmcConfig:
     """Fine-tune a korbert model on NSMC (sentiment of movie reviews) and report test accuracy."""
 
     model: str = C.field("", MODEL_HELP + " (required)")
-    train: str = C.field(str(SAMPLE / "nsmc_train.txt"), "training file, NSMC format (id<TAB>document<TAB>label, header)")
-    test: str = C.field(str(SAMPLE / "nsmc_test.txt"), "test file, same format (scored once, at the end)")
+    train: str = C.field(str(SAMPLE_DATA / "nsmc_train.txt"), "training file, NSMC format (id<TAB>document<TAB>label, header)")
+    test: str = C.field(str(SAMPLE_DATA / "nsmc_test.txt"), "test file, same format (scored once, at the end)")
     out: str = C.field("runs/eval-nsmc", "output folder")
     control: bool = C.field(False, "control run: the model's config with a seeded random initialization, same fine-tuning")
     max_len: int = C.field(128, "maximum tokens per review, [CLS] and [SEP] included")

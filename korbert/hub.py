@@ -7,7 +7,7 @@ Two paths, both tested (tests/test_use.py):
    nothing at import: it registers the class with `AutoTokenizer.register` the moment transformers'
    auto-tokenizer module is imported (at once when it already is).
 2. **plain transformers** (kiwipiepy installed, korbert not): the tokenizer's source is saved in the
-   folder (`tokenization_korbert.py` + its two helpers, imports made relative) and named by an
+   folder (`tokenization_korbert.py` + its helper modules, imports made relative) and named by an
    `auto_map` entry in `tokenizer_config.json`, so
    `AutoTokenizer.from_pretrained(folder, trust_remote_code=True)` runs that code — the convention
    Korean models with custom tokenizers follow. `pipeline("fill-mask", model=folder)` and
@@ -36,7 +36,12 @@ import sys
 from pathlib import Path
 
 MODULE = "tokenization_korbert"  # the tokenizer's source, saved in the folder
-HELPERS = {"corpus_tools.morph": "korbert_morph", "corpus_tools.text": "korbert_text"}
+HELPERS = {
+    "corpus_tools.morph": "korbert_morph",
+    "corpus_tools.text": "korbert_text",
+    "korbert.segmenter": "korbert_segmenter",
+    "korbert.word_cache": "korbert_word_cache",
+}
 AUTO_MAP = {"AutoTokenizer": [None, f"{MODULE}.KorBertTokenizer"]}
 _AUTO_MODULE = "transformers.models.auto.tokenization_auto"
 _REPO = Path(__file__).resolve().parent.parent
@@ -101,7 +106,7 @@ def install_registration() -> None:
 
 
 def remote_code_sources() -> dict[str, str]:
-    """File name -> source for the folder: korbert/tokenizer.py and the two corpus_tools modules
+    """File name -> source for the folder: korbert/tokenizer.py and the modules
     it needs, with the absolute imports made relative (transformers copies relative imports along).
     Fails loudly when the tokenizer starts importing another korbert module."""
     files = {f"{MODULE}.py": _REPO / "korbert" / "tokenizer.py"}

@@ -14,6 +14,9 @@ The out folder holds (written atomically):
 
 The shape of `Trainer`: setup (__init__: shards, model, optimizer, data, resume) -> `train()`, a
 loop of `step()` (one optimizer step) and `interval()` (log, held-out eval, checkpoint) -> `export()`.
+Its helpers live beside it: korbert/schedule.py (lr), korbert/runtime.py (precision, peak FLOP/s,
+compile count, OOM message), korbert/checkpoint.py (run key, RNG states, log trim, final/ export),
+korbert/heldout.py (held-out eval).
 
 Every global batch (see korbert/data.py) is one optimizer step; the losses are normalized by the
 global number of predicted tokens / pairs, so 1 process with batch 2b and 2 processes with batch b
@@ -28,12 +31,10 @@ log steps read values back from the device.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import math
 import os
-import random
 import shutil
 import sys
 import dataclasses
@@ -41,22 +42,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from corpus_tools import config as C
-from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, cpuinfo, read_manifest, write_manifest
+from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, read_manifest
 from corpus_tools.text import InputError
+from korbert.checkpoint import BUDGET, FORMAT_VERSION, export, rng_state, run_budget, run_key, set_rng_state, truncate_log  # noqa: F401  (importable from here, as before)
 from korbert.distributed import AgreedClock, Dist, default_workers  # noqa: F401  (importable from here, as before)
-from korbert.masking import MASKING_VERSION
+from korbert.heldout import MODEL_INPUTS, evaluate
+from korbert.runtime import PEAK_BF16_FLOPS, compiled_graphs, cpu_has_bf16, oom_guard, peak_flops, resolve_precision  # noqa: F401  (importable from here, as before)
+from korbert.schedule import lr_at
 
-FORMAT_VERSION = 1
-# bf16 dense peak, FLOP/s, by a substring of torch.cuda.get_device_name(); the first match wins
-PEAK_BF16_FLOPS = [
-    ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12), ("H200", 989e12), ("GH200", 989e12),
-    ("A100", 312e12), ("L40S", 362e12), ("A10", 125e12), ("4090", 165e12),
-]
 UNTRAINED_WITHOUT_NSP = ("bert.pooler.", "cls.seq_relationship.")  # --objective mlm: exported as initialized
-MODEL_INPUTS = ("input_ids", "token_type_ids", "position_ids", "segments", "mlm_positions", "mlm_labels", "nsp_positions", "nsp_labels")
 
 
 @dataclass
@@ -119,97 +114,8 @@ class PretrainConfig:
 
 
 # ---------------------------------------------------------------------------------------------
-# helpers
+# the stage
 # ---------------------------------------------------------------------------------------------
-
-
-def lr_at(step: int, progress: float, cfg: PretrainConfig, steps_hint: int | None, warm_end: float | None = None) -> float:
-    """Peak lr x warmup/decay factor before optimizer step `step` at `progress` in [0, 1] of the budget.
-
-    Warmup in steps (--warmup >= 1) counts steps, whatever the budget; the decay then runs from
-    where warmup ended to 0: warmup / steps when the budget says how many steps it holds, else the
-    progress at the step warmup ended (`warm_end`, which the loop records; None: this is that step).
-    So the peak is reached and the decay starts from it, with no drop at the end of warmup."""
-    if cfg.warmup >= 1:
-        warm = step / cfg.warmup
-        w = min(cfg.warmup / steps_hint, 0.5) if steps_hint else (progress if warm_end is None else warm_end)
-    else:
-        warm = progress / cfg.warmup if cfg.warmup > 0 else 1.0
-        w = cfg.warmup
-    if warm < 1:
-        return cfg.lr * warm
-    p = min(1.0, max(0.0, (progress - w) / max(1e-9, 1 - w)))
-    return cfg.lr * ((1 - p) if cfg.schedule == "linear" else 0.5 * (1 + math.cos(math.pi * p)))
-
-
-def peak_flops(device_name: str) -> float | None:
-    """bf16 dense peak of a CUDA device by its name (None: unknown)."""
-    return next((v for k, v in PEAK_BF16_FLOPS if k in device_name), None)
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX-BF16, read from /proc/cpuinfo).
-    Elsewhere torch emulates bf16 matmuls, slower than fp32."""
-    return bool(set((cpuinfo("flags") or "").split()) & {"avx512_bf16", "amx_bf16"})
-
-
-def resolve_precision(want: str, cuda: bool) -> str:
-    """--precision auto|bf16|fp32 on this device -> "bf16" or "fp32"."""
-    if want != "auto":
-        return want
-    return "bf16" if cuda or cpu_has_bf16() else "fp32"
-
-
-BUDGET = ("max_steps", "max_tokens", "max_minutes")
-
-
-def _budget(cfg: PretrainConfig) -> dict:
-    """The run's budget, recorded in final/'s manifest: final/ is up to date only for the budget it was made with."""
-    return {k: getattr(cfg, k) for k in BUDGET}
-
-
-def _run_key(
-    cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int, precision: str, cuda: bool, long_key: str = "", dynamic: bool = True,
-) -> str:
-    # what does not change the weights trained so far: speed, bookkeeping, evaluation, and the budget
-    # (a longer budget continues the run: the schedule is recomputed over the new budget from the step it reached)
-    not_weights = ("out", "device", "compile", "compile_mode", "fixed_shapes", "num_workers", "resume", "force", "replace", "log_every",
-                   "save_every", "eval_every", "eval_instances", *BUDGET)
-    ident = {k: v for k, v in C.to_dict(cfg).items() if k not in not_weights}
-    for f in dataclasses.fields(cfg):  # --warmup 500 on the command line is 500.0, 500 in a config file or a call: one run
-        if f.type == "float" and f.name in ident:
-            ident[f.name] = float(ident[f.name])
-    ident["precision"] = precision  # what runs, not what was asked ("auto")
-    if dynamic:  # masks drawn another way: not the same run (never resumed across); static shards hold theirs
-        ident["masking"] = MASKING_VERSION
-    if cfg.long_shards:
-        ident["long_shards"] = long_key  # by content, as the shards
-    else:
-        del ident["long_shards"], ident["long_phase"]
-    for k, default in (("objective", "mlm+nsp"), ("mask_prob", 0.0), ("precision", "bf16" if cuda else "fp32")):
-        if ident[k] == default:  # options added later: at their defaults (CUDA's bf16, CPU's fp32 before) the key is as before
-            del ident[k]
-    return hashlib.sha256(json.dumps([ident, shards_key, tokenizer_hash, world], sort_keys=True).encode()).hexdigest()
-
-
-def _rng_state(device) -> dict:
-    """This process's random states (each rank has its own: dropout streams differ per rank)."""
-    import torch
-
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def _set_rng_state(state: dict, device) -> None:
-    import torch
-
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 @dataclass
@@ -221,85 +127,6 @@ class _Phase:
     max_len: int
     fixed: tuple[int, int] | None
 
-
-def _truncate_log(path: Path, step: int) -> None:
-    """After a resume from `step`: drop log lines a killed run wrote past its last checkpoint."""
-    if not path.exists():
-        return
-    keep = [line for line in path.read_text(encoding="utf-8").splitlines() if line and json.loads(line).get("step", 0) <= step]
-    atomic_write_bytes(path, "".join(line + "\n" for line in keep).encode("utf-8"))
-
-
-@contextlib.contextmanager
-def _oom_guard(cfg: PretrainConfig):
-    import torch
-
-    try:
-        yield
-    except torch.OutOfMemoryError:
-        batch = f"--tokens-per-batch {cfg.tokens_per_batch}" if cfg.tokens_per_batch else f"--batch-size {cfg.batch_size}"
-        raise InputError(
-            f"out of GPU memory with {batch}, --grad-accum {cfg.grad_accum} and --model-size {cfg.model_size}: raise "
-            f"--grad-accum (same global batch, smaller micro-batches), lower the batch, or pick a smaller --model-size"
-        ) from None
-
-
-def evaluate(model, batches: list[dict], device, autocast, nsp: bool = True) -> dict:
-    """Held-out MLM loss (per predicted token), MLM accuracy and NSP accuracy over fixed batches."""
-    import torch
-
-    if not batches:
-        return {}
-    was_training = model.training
-    model.eval()
-    tot = torch.zeros(6, dtype=torch.float64, device=device)
-    with torch.no_grad(), autocast():
-        for b in batches:
-            o = model(**{k: b[k].to(device, non_blocking=True) for k in MODEL_INPUTS}, packed=b["packed"], sparse=True)
-            tot += o.totals()
-    model.train(was_training)
-    ml, mc, mn, nl, nc, nn_ = tot.tolist()
-    out = {"mlm_loss": ml / max(mn, 1), "mlm_acc": mc / max(mn, 1), "instances": sum(len(b["nsp_positions"]) for b in batches)}
-    if nsp:
-        out.update(nsp_loss=nl / max(nn_, 1), nsp_acc=nc / max(nn_, 1))
-    return out
-
-
-def export(model, tok, folder: Path, manifest_fields: dict) -> None:
-    """final/: a plain BertForPreTraining (config.json + model.safetensors) + tokenizer + manifest.
-    Written into a temporary folder, then swapped in."""
-    from transformers import BertForPreTraining
-
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    plain = BertForPreTraining(model.config)
-    plain.load_state_dict(model.state_dict())
-    plain.config.architectures = ["BertForPreTraining"]
-    plain.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    from korbert.hub import add_auto_files  # AutoTokenizer: the tokenizer's source + auto_map
-
-    add_auto_files(tmp)
-    files = sorted(p.name for p in tmp.iterdir() if p.is_file())
-    write_manifest(tmp, "model", FORMAT_VERSION, files=files, tokenizer_hash=tok.fingerprint, **manifest_fields)
-    old = folder.with_name(folder.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if folder.exists():
-        folder.rename(old)
-    tmp.rename(folder)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def compiled_graphs() -> int:
-    """Graphs torch.compile has compiled in this process so far."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["stats"]["unique_graphs"])
-
-
-# ---------------------------------------------------------------------------------------------
-# the stage
-# ---------------------------------------------------------------------------------------------
 
 
 class Trainer:
@@ -346,11 +173,11 @@ class Trainer:
             raise InputError("--compile-mode reduce-overhead (CUDA graphs) needs --compile and fixed shapes (--pack)")
         self.precision = resolve_precision(cfg.precision, self.cuda)
         long_key = self.long_manifest["key"] if self.long_manifest else ""
-        self.key = key = _run_key(cfg, sm["key"], sm["tokenizer_hash"], dist.world, self.precision, self.cuda, long_key, sm["config"]["masking"] == "dynamic")
+        self.key = key = run_key(cfg, sm["key"], sm["tokenizer_hash"], dist.world, self.precision, self.cuda, long_key, sm["config"]["masking"] == "dynamic")
         if self.final.exists() and not cfg.force:
             try:
                 fm = read_manifest(self.final, "model")
-                if fm.get("run_key") == key and fm.get("budget") == _budget(cfg):
+                if fm.get("run_key") == key and fm.get("budget") == run_budget(cfg):
                     self.done_before = fm
                     return
             except (FileNotFoundError, ValueError):
@@ -392,9 +219,9 @@ class Trainer:
         self.long_from = where.get("long_from")  # the step the long phase began at (None: not yet)
         self._build_data(train, valid, long_train)
         if state is not None:
-            _set_rng_state(state["rng"][dist.rank], dev)
+            set_rng_state(state["rng"][dist.rank], dev)
             if dist.main:
-                _truncate_log(self.log_path, self.step_no)
+                truncate_log(self.log_path, self.step_no)
                 print(f"resuming {self.ckpt_path} at step {self.step_no} ({self.tokens} tokens)")
         else:
             if dist.main:  # a fresh start: lines a killed run wrote before its first checkpoint are not ours
@@ -732,7 +559,7 @@ class Trainer:
     def _save_checkpoint(self) -> None:
         import torch
 
-        rng = self.dist.gather(_rng_state(self.dev))  # every rank's own states, in rank order
+        rng = self.dist.gather(rng_state(self.dev))  # every rank's own states, in rank order
         if not self.dist.main:
             return
         state = {
@@ -771,7 +598,7 @@ class Trainer:
         self.seconds_at_start, self.t_start, self.excluded = self.seconds, time.time(), 0.0
         self.agreed = AgreedClock(self.seconds)
         self.first_step, self.graphs_seen = self.step_no, self.graphs_before
-        with _oom_guard(cfg):
+        with oom_guard(cfg):
             done = self.progress() >= 1
             while not done:
                 self.t_step = time.time()
@@ -799,7 +626,7 @@ class Trainer:
     def result(self) -> dict:
         cfg, sm = self.cfg, self.shards_manifest
         return {
-            "run_key": self.key, "budget": _budget(cfg),
+            "run_key": self.key, "budget": run_budget(cfg),
             "step": self.step_no, "tokens": self.tokens, "seconds": round(self.seconds, 1), "parameters": self.n_params,
             "eval": self.last_eval, "model_size": cfg.model_size, "config": self.run_cfg, "shards_key": sm["key"],
             "shards_path": str(cfg.shards), "model_config": self.mcfg.to_dict(), "objective": cfg.objective,

@@ -31,11 +31,12 @@ import time
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from corpus_tools import SAMPLE_DATA
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_json, read_manifest
 from corpus_tools.text import InputError
 
-SAMPLE = Path(__file__).resolve().parent / "sample_data"
+SAMPLE = SAMPLE_DATA  # (importable from here, as before the sample moved to corpus_tools/)
 SHARED = Path(os.environ.get("KORBERT_SHARED_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
 STAGES = ("vocab", "shards", "shards_long", "pretrain", "nsmc", "korquad", "baseline")
 

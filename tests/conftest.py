@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SAMPLE = Path(__file__).resolve().parent.parent / "korbert" / "sample_data"
+from corpus_tools import SAMPLE_DATA as SAMPLE
 
 
 def sample_texts(n: int = 3000, name: str = "reviews") -> list[str]:

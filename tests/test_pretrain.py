@@ -580,11 +580,11 @@ def test_long_shards_are_checked(shards_dir, long_shards_dir, tmp_path):
 def test_run_key_reads_500_and_500_0_as_one_setting():
     """A float setting given as an int (a config file's `"warmup": 500`, a call's warmup=2) and as the
     command line's float (500.0) is the same run: resuming one with the other was refused as "another run"."""
-    from korbert.pretrain import _run_key
+    from korbert.checkpoint import run_key
 
     a, b = PretrainConfig(warmup=500, lr=1), PretrainConfig(warmup=500.0, lr=1.0)
-    assert _run_key(a, "s", "t", 1, "fp32", False) == _run_key(b, "s", "t", 1, "fp32", False)
-    assert _run_key(a, "s", "t", 1, "fp32", False) != _run_key(PretrainConfig(warmup=501), "s", "t", 1, "fp32", False)
+    assert run_key(a, "s", "t", 1, "fp32", False) == run_key(b, "s", "t", 1, "fp32", False)
+    assert run_key(a, "s", "t", 1, "fp32", False) != run_key(PretrainConfig(warmup=501), "s", "t", 1, "fp32", False)
 
 
 def test_evaluation_settings_and_a_longer_budget_continue_the_same_run(shards_dir, tmp_path, capsys):

@@ -1,0 +1,109 @@
+"""A pretraining run's state in its out folder, outside the loop: the run key (is ckpt.pt / final/
+this run?) and budget, each rank's RNG states for an exact resume, the log trimmed back to the
+checkpoint, and the export of final/ that plain transformers loads."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from corpus_tools import config as C
+from corpus_tools.artifacts import atomic_write_bytes, write_manifest
+from korbert.masking import MASKING_VERSION
+
+if TYPE_CHECKING:  # annotations only: no import at run time
+    from korbert.pretrain import PretrainConfig
+
+FORMAT_VERSION = 1
+
+
+BUDGET = ("max_steps", "max_tokens", "max_minutes")
+
+
+def run_budget(cfg: PretrainConfig) -> dict:
+    """The run's budget, recorded in final/'s manifest: final/ is up to date only for the budget it was made with."""
+    return {k: getattr(cfg, k) for k in BUDGET}
+
+
+def run_key(
+    cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int, precision: str, cuda: bool, long_key: str = "", dynamic: bool = True,
+) -> str:
+    # what does not change the weights trained so far: speed, bookkeeping, evaluation, and the budget
+    # (a longer budget continues the run: the schedule is recomputed over the new budget from the step it reached)
+    not_weights = ("out", "device", "compile", "compile_mode", "fixed_shapes", "num_workers", "resume", "force", "replace", "log_every",
+                   "save_every", "eval_every", "eval_instances", *BUDGET)
+    ident = {k: v for k, v in C.to_dict(cfg).items() if k not in not_weights}
+    for f in dataclasses.fields(cfg):  # --warmup 500 on the command line is 500.0, 500 in a config file or a call: one run
+        if f.type == "float" and f.name in ident:
+            ident[f.name] = float(ident[f.name])
+    ident["precision"] = precision  # what runs, not what was asked ("auto")
+    if dynamic:  # masks drawn another way: not the same run (never resumed across); static shards hold theirs
+        ident["masking"] = MASKING_VERSION
+    if cfg.long_shards:
+        ident["long_shards"] = long_key  # by content, as the shards
+    else:
+        del ident["long_shards"], ident["long_phase"]
+    for k, default in (("objective", "mlm+nsp"), ("mask_prob", 0.0), ("precision", "bf16" if cuda else "fp32")):
+        if ident[k] == default:  # options added later: at their defaults (CUDA's bf16, CPU's fp32 before) the key is as before
+            del ident[k]
+    return hashlib.sha256(json.dumps([ident, shards_key, tokenizer_hash, world], sort_keys=True).encode()).hexdigest()
+
+
+def rng_state(device) -> dict:
+    """This process's random states (each rank has its own: dropout streams differ per rank)."""
+    import torch
+
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device) -> None:
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def truncate_log(path: Path, step: int) -> None:
+    """After a resume from `step`: drop log lines a killed run wrote past its last checkpoint."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text(encoding="utf-8").splitlines() if line and json.loads(line).get("step", 0) <= step]
+    atomic_write_bytes(path, "".join(line + "\n" for line in keep).encode("utf-8"))
+
+
+def export(model, tok, folder: Path, manifest_fields: dict) -> None:
+    """final/: a plain BertForPreTraining (config.json + model.safetensors) + tokenizer + manifest.
+    Written into a temporary folder, then swapped in."""
+    from transformers import BertForPreTraining
+
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    plain = BertForPreTraining(model.config)
+    plain.load_state_dict(model.state_dict())
+    plain.config.architectures = ["BertForPreTraining"]
+    plain.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    from korbert.hub import add_auto_files  # AutoTokenizer: the tokenizer's source + auto_map
+
+    add_auto_files(tmp)
+    files = sorted(p.name for p in tmp.iterdir() if p.is_file())
+    write_manifest(tmp, "model", FORMAT_VERSION, files=files, tokenizer_hash=tok.fingerprint, **manifest_fields)
+    old = folder.with_name(folder.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        folder.rename(old)
+    tmp.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
