@@ -85,7 +85,7 @@ def _fill_mask(argv: list[str]) -> None:
 
 
 def _embed(argv: list[str]) -> None:
-    from korbert.use import embed_cli
+    from korbert.embed import embed_cli
 
     embed_cli(argv)
 
