@@ -86,7 +86,7 @@ _WS_RUN = re.compile(r"[^\S\n]+")  # whitespace other than newline
 _NL_RUN = re.compile(r"\s*\n\s*")
 
 
-def _is_control(c: str) -> bool:
+def is_control(c: str) -> bool:
     return c not in _KEEP and unicodedata.category(c)[0] == "C"
 
 
@@ -108,7 +108,7 @@ def clean(text: str, keep_newlines: bool = False) -> str:
     """NFC, control characters removed, whitespace runs collapsed, ends stripped."""
     text = nfc(text)
     if has_control(text):
-        text = "".join(c for c in text if not _is_control(c))
+        text = "".join(c for c in text if not is_control(c))
     if keep_newlines:
         text = _NL_RUN.sub("\n", _WS_RUN.sub(" ", text))
     else:

@@ -149,7 +149,7 @@ def _coerce(cls, name: str, value: str):
     return kind(value)
 
 
-def _stage_configs(cfg: RecipeConfig) -> dict:
+def stage_configs(cfg: RecipeConfig) -> dict:
     from corpus_tools.shards import ShardsConfig
     from corpus_tools.vocab import VocabConfig
     from evals.baseline import BaselineConfig
@@ -272,7 +272,7 @@ def main(cfg: RecipeConfig) -> dict:
     from korbert import pretrain as pretrain_stage
 
     t_start = time.time()
-    plan = _stage_configs(cfg)
+    plan = stage_configs(cfg)
     out, cfgs = plan["out"], plan["cfgs"]
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if cfg.force:

@@ -29,7 +29,7 @@ analyses the next ones (`Segmenter.pipeline`). For one sequence per row without 
 the rows come from a cache of each distinct word's tokens (`word_cache.PieceCache`), assembled
 with numpy; the backend's `Encoding`s are made only if something asks for them
 (`word_cache.LazyEncodings`); one short string per call takes the same rules in plain Python
-(`Segmenter.one`, `word_cache.row_one`: numpy's fixed cost per call would exceed the work). Pairs
+(`Segmenter.one`, `CachedEncoding._row_one`: numpy's fixed cost per call would exceed the work). Pairs
 and stride/overflow windows take HF's own backend call with the same words. BatchEncoding's
 char_to_token / token_to_chars / word_to_chars see the word-relative coordinates and are not
 supported: use `offset_mapping`.
@@ -69,7 +69,7 @@ from corpus_tools.morph import DEFAULT_KIWI, get_kiwi
 from corpus_tools.text import nfc, nfc_with_offsets
 from korbert.segmenter import SPACE, SPACES, KiwiPreTokenizer, Segmenter
 from korbert.segmenter import WordBatch, chunk_bounds  # noqa: F401  (importable from here, as before the split)
-from korbert.word_cache import PieceCache, encode_fast, fast_options, finish_documents, gc_paused
+from korbert.word_cache import CachedEncoding, PieceCache, gc_paused
 from korbert.word_cache import LazyEncodings  # noqa: F401  (importable from here, as before the split)
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0..4, always
@@ -82,7 +82,7 @@ GUARD = (
 )
 
 
-class KorBertTokenizer(TokenizersBackend):
+class KorBertTokenizer(CachedEncoding, TokenizersBackend):
     """A transformers fast tokenizer for korbert (see the module docstring)."""
 
     vocab_files_names = {"tokenizer_file": "tokenizer.json"}
@@ -210,8 +210,6 @@ class KorBertTokenizer(TokenizersBackend):
         finally:
             self._tokenizer.pre_tokenizer = custom
 
-    _fast_path = True  # False: every call goes HF's way (the reference the tests compare with)
-
     def _encode_plus(self, text, text_pair=None, **kwargs):
         """NFC -> Kiwi, pipelined over chunks of the batch (`Segmenter.pipeline`) -> words -> tokens;
         offsets mapped back to the user's strings.
@@ -226,9 +224,9 @@ class KorBertTokenizer(TokenizersBackend):
         if kwargs.get("is_split_into_words"):
             raise NotImplementedError("KorBertTokenizer segments raw text itself; pass strings, not word lists")
         with gc_paused():
-            fast = fast_options(self, text, text_pair, kwargs)
+            fast = self._fast_options(text, text_pair, kwargs)
             if fast is not None:
-                return encode_fast(self, text, kwargs, *fast)
+                return self._encode_fast(text, kwargs, *fast)
             return self._encode_with_backend(text, text_pair, kwargs)
 
     def _word_cache(self) -> "PieceCache":
@@ -239,7 +237,6 @@ class KorBertTokenizer(TokenizersBackend):
             cache = self._piece_cache = PieceCache(key)
         return cache
 
-    _ONE_MAX_CHARS = 2000  # one string per call up to this long: `word_cache.row_one`, not numpy
 
 
     def _encode_with_backend(self, text, text_pair, kwargs: dict):
@@ -324,7 +321,7 @@ class KorBertTokenizer(TokenizersBackend):
 
         def finish() -> list[dict]:
             with gc_paused():
-                return finish_documents(self, texts, plans, analyses)
+                return self._finish_documents(texts, plans, analyses)
 
         return finish
 

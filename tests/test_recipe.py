@@ -143,10 +143,10 @@ def test_presets_wire_the_long_phase_and_windows_within_the_trained_length(tmp_p
     """The GPU presets build 512-token shards and give them to pretraining's last 10%; demo and cpu
     pretrain at 128 and fine-tune KorQuAD in windows of 128; `--set shards_long.max_seq_len=256` turns
     the long phase on anywhere."""
-    from korbert.recipe import _stage_configs
+    from korbert.recipe import stage_configs
 
     def stages(preset, *sets):
-        return _stage_configs(RecipeConfig(preset=preset, out=str(tmp_path / preset), set=list(sets)))["cfgs"]
+        return stage_configs(RecipeConfig(preset=preset, out=str(tmp_path / preset), set=list(sets)))["cfgs"]
 
     gpu = stages("gpu-small")
     assert gpu["shards_long"].max_seq_len == 512 and gpu["shards_long"].out == str(tmp_path / "gpu-small" / "shards-long")
@@ -174,10 +174,10 @@ def test_preprocess_only_builds_vocab_and_shards_then_stops_and_ready_checks_nev
 
     from corpus_tools import shards, vocab
     from corpus_tools.text import InputError
-    from korbert.recipe import _stage_configs
+    from korbert.recipe import stage_configs
 
     cfg = RecipeConfig(preset="demo", out=str(tmp_path / "run"), corpus=[str(corpus_file)], set=TINY, workers=2, preprocess_only=True)
-    cfgs = _stage_configs(cfg)["cfgs"]
+    cfgs = stage_configs(cfg)["cfgs"]
     assert cfgs["shards"].workers == 2
     with pytest.raises(InputError, match="no vocabulary built"):
         vocab.main(cfgs["vocab"], ready_only=True)

@@ -681,9 +681,9 @@ def test_user_errors_are_clear(vocab_dir, mixed, tmp_path, capsys):
 
 def test_clean_fast_control_check_matches_the_per_character_definition():
     # clean() skips its per-character scan when has_control() says nothing is to be removed
-    from corpus_tools.text import _is_control, clean, has_control
+    from corpus_tools.text import is_control, clean, has_control
 
-    wrong = [c for c in range(0x110000) if has_control(chr(c)) != _is_control(chr(c))]
+    wrong = [c for c in range(0x110000) if has_control(chr(c)) != is_control(chr(c))]
     assert wrong == []
     assert clean("가\x1f나\r다 \x00 라\u200d\u3000마") == "가나다 라\u200d 마"
 

@@ -328,7 +328,7 @@ OPTIONS = [
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
 def test_pipelined_batch_equals_the_reference_path(tok, reference_path, options):
     """tok(batch) runs Kiwi on the next chunk while Python assembles this chunk's rows from the word
-    cache (Segmenter.pipeline, korbert.word_cache.encode_fast). It must give what HF's own backend call
+    cache (Segmenter.pipeline, KorBertTokenizer._encode_fast in korbert/word_cache.py). It must give what HF's own backend call
     on the per-word segmentation gives: ids, offsets, word ids, masks, truncation, padding and
     overflow windows; one string per call too."""
     from conftest import sample_texts
@@ -349,7 +349,7 @@ def test_pipelined_batch_equals_the_reference_path(tok, reference_path, options)
 
 @pytest.mark.parametrize("options", OPTIONS[:7], ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
 def test_one_string_route_equals_the_numpy_route(tok, options):
-    """One short string per call takes a plain-Python route (Segmenter.one, word_cache.row_one: no numpy);
+    """One short string per call takes a plain-Python route (Segmenter.one, _row_one: no numpy);
     it must give what the numpy route gives for the same string, and so what HF's call gives."""
     from conftest import sample_texts
 
