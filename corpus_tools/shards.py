@@ -64,7 +64,7 @@ PROGRESS = "progress.json"
 class ShardsConfig:
     """Turn raw text into BERT pretraining instances (NSP pairs + MLM) in checksummed shards."""
 
-    tokenizer: str = C.field("runs/vocab", "tokenizer folder (the output of `korbert vocab`)")
+    tokenizer: str = C.field("runs/vocab", "tokenizer folder (the output of `korbert vocab`), or a korbert model folder (final/) to continue")
     inputs: list[str] = C.field(
         [str(SAMPLE_DATA / "reviews.jsonl.gz"), str(SAMPLE_DATA / "petitions.jsonl.gz")],
         "text files, folders or globs: .txt (blank line between documents), .jsonl, optionally .gz",
@@ -138,10 +138,22 @@ def _check(cfg: ShardsConfig) -> None:
             raise InputError(msg)
 
 
+MODEL_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "spm.model")  # a korbert model folder's tokenizer
+
+
 def _load_tokenizer(folder: str):
+    """A korbert tokenizer folder (`korbert vocab`), or a korbert model folder (its final/: the
+    tokenizer it was trained with, for continued pretraining) -> (tokenizer, its manifest)."""
     try:
         tm = read_manifest(folder, "vocab")
-    except (FileNotFoundError, ValueError) as e:
+    except ValueError:  # another kind of folder: a korbert model's?
+        try:
+            m = read_manifest(folder, "model")
+        except (FileNotFoundError, ValueError):
+            raise InputError(f"--tokenizer {folder}: neither a korbert tokenizer folder (korbert vocab) nor a korbert model folder (final/)") from None
+        files = [n for n in MODEL_TOKENIZER_FILES if Path(folder, n).is_file()]
+        tm = {"tokenizer_hash": m["tokenizer_hash"], "files": {n: sha256_file(Path(folder, n)) for n in files}, "model": str(folder)}
+    except FileNotFoundError as e:
         raise InputError(f"--tokenizer {folder}: {e}") from None
     from korbert.tokenizer import KorBertTokenizer
 
@@ -152,13 +164,19 @@ def _load_tokenizer(folder: str):
 
 
 def _copy_tokenizer(src: str, tm: dict, dest: Path) -> list[str]:
-    names = sorted(tm["files"]) + ["manifest.json"]
-    for name in names:
+    """The tokenizer files into dest/tokenizer/, with a tokenizer manifest (a model folder's
+    tokenizer gets one written, naming the model)."""
+    from corpus_tools.vocab import FORMAT_VERSION as VOCAB_FORMAT
+
+    names = sorted(tm["files"])
+    for name in names + ([] if "model" in tm else ["manifest.json"]):
         target = dest / TOKENIZER_DIR / name
         data = Path(src, name).read_bytes()
         if not target.is_file() or target.read_bytes() != data:
             atomic_write_bytes(target, data)
-    return [f"{TOKENIZER_DIR}/{n}" for n in names]
+    if "model" in tm:
+        write_manifest(dest / TOKENIZER_DIR, "vocab", VOCAB_FORMAT, files=names, tokenizer_hash=tm["tokenizer_hash"], from_model=tm["model"])
+    return [f"{TOKENIZER_DIR}/{n}" for n in names + ["manifest.json"]]
 
 
 def _shard_files(folder: Path) -> list[Path]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ORIGINS = ("pretrained here", "control", "given folder", "baseline")
+ORIGINS = ("pretrained here", "control", "starting model", "given folder", "baseline")
 
 
 def result_row(model: str, control: bool, origin: str, nsmc: dict | None = None, korquad: dict | None = None, system: str = "") -> dict:

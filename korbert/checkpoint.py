@@ -1,9 +1,11 @@
-"""A pretraining run's state in its out folder, outside the loop: the run key (is ckpt.pt / final/
-this run?) and budget, each rank's RNG states for an exact resume, the log trimmed back to the
-checkpoint, and the export of final/ that plain transformers loads."""
+"""A pretraining run's state in its out folder, outside the loop: where its weights start
+(`--init-from`), the run key (is ckpt.pt / final/ this run?) and budget, each rank's RNG states for
+an exact resume, the log trimmed back to the checkpoint, and the export of final/ that plain
+transformers loads."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -15,7 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from corpus_tools import config as C
-from corpus_tools.artifacts import atomic_write_bytes, write_manifest
+from corpus_tools.artifacts import atomic_write_bytes, sha256_file, write_manifest
+from corpus_tools.text import InputError
 from korbert.masking import MASKING_VERSION
 
 if TYPE_CHECKING:  # annotations only: no import at run time
@@ -34,11 +37,12 @@ def run_budget(cfg: PretrainConfig) -> dict:
 
 def run_key(
     cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int, precision: str, cuda: bool, long_key: str = "", dynamic: bool = True,
+    init_key: str = "",
 ) -> str:
     # what does not change the weights trained so far: speed, bookkeeping, evaluation, and the budget
     # (a longer budget continues the run: the schedule is recomputed over the new budget from the step it reached)
     not_weights = ("out", "device", "compile", "compile_mode", "fixed_shapes", "num_workers", "resume", "force", "replace", "log_every",
-                   "save_every", "eval_every", "eval_instances", *BUDGET)
+                   "save_every", "eval_every", "eval_instances", "license", *BUDGET)
     ident = {k: v for k, v in C.to_dict(cfg).items() if k not in not_weights}
     for f in dataclasses.fields(cfg):  # --warmup 500 on the command line is 500.0, 500 in a config file or a call: one run
         if f.type == "float" and f.name in ident:
@@ -50,6 +54,10 @@ def run_key(
         ident["long_shards"] = long_key  # by content, as the shards
     else:
         del ident["long_shards"], ident["long_phase"]
+    if cfg.init_from:
+        ident["init_from"] = init_key  # the starting weights by content, not by path
+    else:
+        ident.pop("init_from", None)  # (runs from scratch keep the key they had before the option existed)
     for k, default in (("objective", "mlm+nsp"), ("mask_prob", 0.0), ("precision", "bf16" if cuda else "fp32")):
         if ident[k] == default:  # options added later: at their defaults (CUDA's bf16, CPU's fp32 before) the key is as before
             del ident[k]
@@ -85,8 +93,8 @@ def truncate_log(path: Path, step: int) -> None:
 
 
 def export(model, tok, folder: Path, manifest_fields: dict) -> None:
-    """final/: a plain BertForPreTraining (config.json + model.safetensors) + tokenizer + manifest.
-    Written into a temporary folder, then swapped in."""
+    """final/: a plain BertForPreTraining (config.json + model.safetensors) + tokenizer + manifest +
+    the model card (README.md). Written into a temporary folder, then swapped in."""
     from transformers import BertForPreTraining
 
     tmp = folder.with_name(folder.name + ".tmp")
@@ -100,10 +108,69 @@ def export(model, tok, folder: Path, manifest_fields: dict) -> None:
 
     add_auto_files(tmp)
     files = sorted(p.name for p in tmp.iterdir() if p.is_file())
-    write_manifest(tmp, "model", FORMAT_VERSION, files=files, tokenizer_hash=tok.fingerprint, **manifest_fields)
+    from korbert.model import count_parameters
+
+    shape = {"model_config": model.config.to_dict(), "parameters": count_parameters(model)}  # (the card's; a run passes them too)
+    write_manifest(tmp, "model", FORMAT_VERSION, files=files, tokenizer_hash=tok.fingerprint, **{**shape, **manifest_fields})
+    from korbert.card import write_card  # README.md, the model card, from that manifest (not in its file list)
+
+    write_card(tmp)
     old = folder.with_name(folder.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if folder.exists():
         folder.rename(old)
     tmp.rename(folder)
     shutil.rmtree(old, ignore_errors=True)
+
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def init_source(cfg: PretrainConfig, tok, shards_tokenizer_hash: str) -> dict:
+    """--init-from FOLDER, checked: a BERT model folder whose tokenizer is the one the shards were
+    made with. -> {"folder", "weights_sha256" (its weight files), "config"}; an InputError otherwise."""
+    from korbert.folders import open_folder
+
+    where = f"--init-from {cfg.init_from}"
+    if cfg.model_size != "mini" or cfg.override:
+        raise InputError(f"{where}: the model's shape comes from its config.json; drop --model-size / --override")
+    mf = open_folder(cfg.init_from, label=where)
+    kind = getattr(mf.config, "model_type", "?")
+    if kind != "bert":
+        raise InputError(
+            f"{where}: a {kind} model; korbert continues BERT checkpoints only (BertForPreTraining, BertForMaskedLM or "
+            f"BertModel weights). RoBERTa and ELECTRA differ in their heads and objective: pretrain them with their own code"
+        )
+    shards = f"the shards' korbert tokenizer {shards_tokenizer_hash[:12]}"
+    if mf.kind != "korbert":
+        tcls = json.loads((mf.path / "tokenizer_config.json").read_text(encoding="utf-8")).get("tokenizer_class", "?") if (mf.path / "tokenizer_config.json").is_file() else "?"
+        raise InputError(
+            f"{where}: its tokenizer ({tcls}, files sha256 {mf.tokenizer_sha256[:12]}) is not {shards}; continued "
+            f"pretraining needs shards made with the model's own tokenizer, and `korbert shards` takes korbert tokenizer folders only"
+        )
+    theirs = mf.tokenizer_fingerprint(tok=None)
+    if theirs != shards_tokenizer_hash:
+        raise InputError(
+            f"{where}: its tokenizer is korbert tokenizer {theirs[:12]}, not {shards}: build the shards with the "
+            f"vocabulary folder that model was trained with (`korbert shards --tokenizer VOCAB`)"
+        )
+    if mf.config.vocab_size != len(tok):
+        raise InputError(f"{where}: config.json vocab_size {mf.config.vocab_size} != its tokenizer's {len(tok)} tokens")
+    h = hashlib.sha256()
+    for name in WEIGHT_FILES:
+        if (mf.path / name).is_file():
+            h.update(name.encode() + b"\0" + bytes.fromhex(sha256_file(mf.path / name)))
+    config = copy.deepcopy(mf.config)
+    config._attn_implementation = "sdpa"
+    return {"folder": str(mf.path.resolve()), "weights_sha256": h.hexdigest(), "config": config}
+
+
+def load_init_weights(model, folder: str) -> list[str]:
+    """Copy every weight `folder` holds into `model` (a KorBertForPreTraining of the folder's config);
+    -> the names it lacked, which keep a fresh, seeded initialization (a BertModel folder: the MLM
+    transform and the NSP head; a BertForMaskedLM folder: the NSP head and the pooler)."""
+    from transformers import BertForPreTraining
+
+    src, info = BertForPreTraining.from_pretrained(folder, local_files_only=True, output_loading_info=True)
+    model.load_state_dict(src.state_dict())
+    return sorted(set(info["missing_keys"]))

@@ -43,9 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corpus_tools import config as C
-from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, read_manifest
+from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, machine, read_manifest
 from corpus_tools.text import InputError
 from korbert.checkpoint import BUDGET, FORMAT_VERSION, export, rng_state, run_budget, run_key, set_rng_state, truncate_log  # noqa: F401  (importable from here, as before)
+from korbert.checkpoint import init_source, load_init_weights
 from korbert.distributed import AgreedClock, Dist, default_workers  # noqa: F401  (importable from here, as before)
 from korbert.heldout import MODEL_INPUTS, evaluate
 from korbert.runtime import PEAK_BF16_FLOPS, compiled_graphs, cpu_has_bf16, oom_guard, peak_flops, resolve_precision  # noqa: F401  (importable from here, as before)
@@ -62,6 +63,10 @@ class PretrainConfig:
     out: str = C.field("runs/pretrain", "run folder: ckpt.pt, log.jsonl, final/")
     model_size: str = C.field("mini", "size preset (layers/hidden/heads)", choices=["tiny", "mini", "small", "medium", "base", "large"])
     override: list[str] = C.field([], "BertConfig fields to override, as key=value (e.g. num_hidden_layers=6 hidden_dropout_prob=0)")
+    init_from: str = C.field(
+        "", "continue pretraining this BERT folder (BertForPreTraining, BertForMaskedLM or BertModel weights; heads it lacks "
+        "start fresh): its config gives the shape (no --model-size/--override), its tokenizer must be the shards'"
+    )
     batch_size: int = C.field(32, "rows per device per micro-batch (global batch = batch_size x grad_accum x GPUs); unused with --tokens-per-batch")
     tokens_per_batch: int = C.field(
         0, "instead of --batch-size: a budget of (padded) tokens per optimizer step over all GPUs and micro-batches; "
@@ -110,6 +115,7 @@ class PretrainConfig:
     num_workers: int = C.field(-1, "DataLoader worker processes per process (-1: on GPUs the CPU cores / processes on this machine, minus 1; on a CPU 1)")
     resume: bool = C.field(True, "continue from out/ckpt.pt when it holds this same run")
     force: bool = C.field(False, "discard what `out` holds and start over")
+    license: str = C.field("", "the license written into final/README.md, the model card (an SPDX id such as apache-2.0; empty: none stated)")
     replace: bool = C.field(False, "when `out` holds a run with other settings, start over instead of refusing (same settings: resumed)")
 
 
@@ -164,6 +170,7 @@ class Trainer:
             raise InputError(f"--shards {cfg.shards} were made without NSP labels (--no-nsp): pretrain them with --objective mlm")
         if cfg.mask_prob and (not 0 < cfg.mask_prob < 1 or sm["config"]["masking"] != "dynamic"):
             raise InputError("--mask-prob must be in (0, 1) and needs dynamic shards (static shards hold their masks)")
+        self.init = init_source(cfg, tok, sm["tokenizer_hash"]) if cfg.init_from else None
         self.long_manifest = self._long_manifest(sm) if cfg.long_shards else None
         self.nsp = cfg.objective == "mlm+nsp"
         self.fixed = cfg.fixed_shapes == "on" or (cfg.fixed_shapes == "auto" and cfg.compile and cfg.pack)
@@ -173,7 +180,10 @@ class Trainer:
             raise InputError("--compile-mode reduce-overhead (CUDA graphs) needs --compile and fixed shapes (--pack)")
         self.precision = resolve_precision(cfg.precision, self.cuda)
         long_key = self.long_manifest["key"] if self.long_manifest else ""
-        self.key = key = run_key(cfg, sm["key"], sm["tokenizer_hash"], dist.world, self.precision, self.cuda, long_key, sm["config"]["masking"] == "dynamic")
+        self.key = key = run_key(
+            cfg, sm["key"], sm["tokenizer_hash"], dist.world, self.precision, self.cuda, long_key, sm["config"]["masking"] == "dynamic",
+            self.init["weights_sha256"] if self.init else "",
+        )
         if self.final.exists() and not cfg.force:
             try:
                 fm = read_manifest(self.final, "model")
@@ -219,6 +229,8 @@ class Trainer:
         self.long_from = where.get("long_from")  # the step the long phase began at (None: not yet)
         self._build_data(train, valid, long_train)
         if state is not None:
+            if self.init is not None:
+                self.init["fresh"] = state["state"].get("init_fresh", [])
             set_rng_state(state["rng"][dist.rank], dev)
             if dist.main:
                 truncate_log(self.log_path, self.step_no)
@@ -234,11 +246,12 @@ class Trainer:
         self.run_cfg = {**C.to_dict(cfg), "world_size": dist.world, "global_batch": self.global_batch, "device": str(dev), "precision_used": self.precision}
         self.n_params = count = count_parameters(self.model)
         self.peak = peak_flops(torch.cuda.get_device_name(dev)) if self.cuda else None
+        self.hardware = f"{dist.world} x {torch.cuda.get_device_name(dev)}" if self.cuda else f"{machine()['cpu']} ({torch.get_num_threads()} threads)"
         if dist.main:
             out.mkdir(parents=True, exist_ok=True)
             atomic_write_json(out / "config.json", {"run": self.run_cfg, "model": mcfg.to_dict()})
             print(
-                f"pretrain: BERT-{cfg.model_size} ({count / 1e6:.1f}M parameters, L{mcfg.num_hidden_layers}/H{mcfg.hidden_size}/"
+                f"pretrain: {f'{cfg.init_from} (continued)' if self.init else f'BERT-{cfg.model_size}'} ({count / 1e6:.1f}M parameters, L{mcfg.num_hidden_layers}/H{mcfg.hidden_size}/"
                 f"A{mcfg.num_attention_heads}, vocab {mcfg.vocab_size}) on {dev}{f' x {dist.world}' if dist.world > 1 else ''}; "
                 f"{len(train)} training instances, global batch {self.global_batch}{' (packed rows)' if cfg.pack else ''}"
                 f"{', compiled' if cfg.compile else ''}{f', fixed shapes {self.phases[0].fixed}' if self.fixed else ''}, "
@@ -289,7 +302,11 @@ class Trainer:
     def _model_config(self, state: dict | None, vocab: int, max_seq_len: int):
         from korbert.model import bert_config, parse_overrides
 
-        if state is None:
+        if state is None and self.init is not None:
+            mcfg = self.init["config"]
+            if mcfg.max_position_embeddings < max_seq_len:
+                raise InputError(f"--init-from {self.cfg.init_from}: {mcfg.max_position_embeddings} positions, shorter than the shards' {max_seq_len} tokens")
+        elif state is None:
             try:
                 mcfg = bert_config(self.cfg.model_size, vocab, max_seq_len, parse_overrides(self.cfg.override))
             except ValueError as e:
@@ -311,6 +328,8 @@ class Trainer:
         cfg, dev = self.cfg, self.dev
         torch.manual_seed(cfg.seed)
         model = KorBertForPreTraining(self.mcfg)
+        if state is None and self.init is not None:  # every weight the folder has; its missing heads start fresh (seeded)
+            self.init["fresh"] = load_init_weights(model, self.init["folder"])
         if not self.nsp:  # MLM only: the pooler and the NSP head get no gradient and stay as initialized
             for n, p in model.named_parameters():
                 if n.startswith(UNTRAINED_WITHOUT_NSP):
@@ -566,6 +585,7 @@ class Trainer:
             "step": self.step_no, "tokens": self.tokens, "seconds": self.seconds, "run_key": self.key, "warm_end": self.warm_end,
             "long_from": self.long_from,
             "model_config": self.mcfg.to_dict(), "world": self.dist.world,
+            **({"init_fresh": self.init["fresh"]} if self.init else {}),
         }
         buf = io.BytesIO()
         torch.save({"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "state": state, "rng": rng}, buf)
@@ -634,6 +654,14 @@ class Trainer:
             "trained_seq_len": self.long_len if self.long_from is not None else self.max_len,
             **({"long_shards_key": self.long_manifest["key"], "long_from_step": self.long_from} if self.long_manifest else {}),
             **({} if self.nsp else {"untrained": [f"{p}*" for p in UNTRAINED_WITHOUT_NSP]}),
+            **({"init_from": {k: self.init[k] for k in ("folder", "weights_sha256", "fresh")}} if self.init else {}),
+            "corpus": {  # what the model card says it was trained on
+                "inputs": [{"file": Path(i["path"]).name, "bytes": i["bytes"], "sha256": i["sha256"]} for i in sm["inputs"]],
+                "documents": sm["counts"].get("documents_used"), "train_instances": sm["counts"]["train"]["instances"],
+                "train_tokens": sm["counts"]["train"]["tokens"],
+            },
+            "hardware": self.hardware,
+            **({"license": cfg.license} if cfg.license else {}),
         }
 
     def export(self) -> dict:

@@ -129,6 +129,14 @@ class RecipeConfig:
         [], "other model folders (a korbert final/ or any local transformers BERT/ELECTRA/RoBERTa folder with its "
         "tokenizer) fine-tuned with the same settings and seed, each a row of the results table",
     )
+    init_from: str = C.field(
+        "", "continue pretraining this korbert model folder (a final/) on --corpus instead of starting from scratch: its "
+        "tokenizer is used (no vocabulary stage), its shape too, and the comparison row is that model fine-tuned the same way",
+    )
+    control: str = C.field(
+        "", "the comparison row: random (the same architecture, randomly initialized; the default) or start (the --init-from "
+        "model as it was; the default with --init-from)", choices=["", "random", "start"],
+    )
     set: list[str] = C.field([], "stage settings, as stage.field=value (e.g. pretrain.max_steps=100 nsmc.epochs=2)")
     force: bool = C.field(False, "redo every stage")
     workers: int = C.field(0, "build the shards on a local Dask cluster of this many worker processes (korbert shards --workers; 0: one process)")
@@ -169,6 +177,16 @@ def stage_configs(cfg: RecipeConfig) -> dict:
     from korbert.folders import open_folder
 
     compared = [open_folder(folder, label=f"--compare {folder}") for folder in cfg.compare]  # checked before hours of pretraining
+    control = cfg.control or ("start" if cfg.init_from else "random")
+    if control == "start" and not cfg.init_from:
+        raise InputError("--control start compares with the model --init-from continues: pass --init-from FOLDER")
+    if cfg.init_from:
+        start = open_folder(cfg.init_from, label=f"--init-from {cfg.init_from}")
+        if start.kind != "korbert":
+            raise InputError(
+                f"--init-from {cfg.init_from}: not a korbert model folder; korbert builds shards with korbert tokenizers only, "
+                "so continued pretraining starts from a korbert final/ (other folders can be compared: --compare)"
+            )
     classes = {"vocab": VocabConfig, "shards": ShardsConfig, "shards_long": ShardsConfig, "pretrain": PretrainConfig, "nsmc": NsmcConfig, "korquad": KorquadConfig, "baseline": BaselineConfig}
     final = str(out / "pretrain" / "final")
     base = {
@@ -188,6 +206,14 @@ def stage_configs(cfg: RecipeConfig) -> dict:
             raise InputError(f"--set {item!r}: expected stage.field=value with stage one of {', '.join(STAGES)}")
         overrides[stage][name] = _coerce(classes[stage], name, value)
     cfgs = {}
+    if cfg.init_from and {"model_size", "override"} & set(overrides["pretrain"]):
+        raise InputError(f"--init-from {cfg.init_from}: the model's shape comes from its config.json; drop --set pretrain.model_size / pretrain.override")
+    if cfg.init_from:  # the folder's tokenizer and shape: no vocabulary stage, and the preset's model size does not apply
+        for st in ("shards", "shards_long"):
+            base[st]["tokenizer"] = cfg.init_from
+        base["pretrain"]["init_from"] = cfg.init_from
+        shape = {"model_size": PretrainConfig.model_size, "override": []}
+        p = {**p, "pretrain": {**p["pretrain"], **{k: v for k, v in shape.items() if k not in overrides["pretrain"]}}}
     for s in STAGES:
         known = {f.name for f in fields(classes[s])}
         if s == "shards_long":  # the long shards: the shards' settings (the preset's and --set shards.*), then their own
@@ -210,8 +236,14 @@ def stage_configs(cfg: RecipeConfig) -> dict:
             f"korquad.max_len {cfgs['korquad'].max_len} is longer than the {trained} tokens pretraining trains: set "
             f"shards_long.max_seq_len=512 (BERT's second phase) or korquad.max_len={trained} (with a stride and max_query_len that fit)"
         )
-    cfgs["nsmc_control"] = replace(cfgs["nsmc"], control=True, out=str(out / "nsmc" / "control"))
-    cfgs["korquad_control"] = replace(cfgs["korquad"], control=True, out=str(out / "korquad" / "control"))
+    if control == "start":  # the starting model, fine-tuned the same way: did continued pretraining help?
+        cfgs["nsmc_control"] = replace(cfgs["nsmc"], model=cfg.init_from, out=str(out / "nsmc" / "start"))
+        cfgs["korquad_control"] = replace(cfgs["korquad"], model=cfg.init_from, out=str(out / "korquad" / "start"))
+    else:
+        cfgs["nsmc_control"] = replace(cfgs["nsmc"], control=True, out=str(out / "nsmc" / "control"))
+        cfgs["korquad_control"] = replace(cfgs["korquad"], control=True, out=str(out / "korquad" / "control"))
+    if cfg.init_from:
+        del cfgs["vocab"]
     from korbert.folders import check_trained_positions
 
     for mf in compared:
@@ -225,7 +257,7 @@ def stage_configs(cfg: RecipeConfig) -> dict:
             "nsmc": replace(cfgs["nsmc"], model=folder, out=str(out / "nsmc" / slug)),
             "korquad": replace(cfgs["korquad"], model=folder, out=str(out / "korquad" / slug)),
         })
-    return {"out": out, "cfgs": cfgs, "compare": compare}
+    return {"out": out, "cfgs": cfgs, "compare": compare, "control": control}
 
 
 def _folder_key(folder: str) -> str:
@@ -295,7 +327,8 @@ def main(cfg: RecipeConfig) -> dict:
 
     # -- corpus -> tokenizer -> shards -> model (pretraining runs on every rank; the rest on rank 0)
     def preprocess(ready_only: bool = False):
-        stage("vocab", lambda: vocab_stage.main(cfgs["vocab"], ready_only=ready_only))
+        if "vocab" in cfgs:  # (--init-from: the model's own tokenizer)
+            stage("vocab", lambda: vocab_stage.main(cfgs["vocab"], ready_only=ready_only))
         stage("shards", lambda: shards_stage.main(cfgs["shards"], ready_only=ready_only))
         if "shards_long" in cfgs:
             stage("shards (long phase)", lambda: shards_stage.main(cfgs["shards_long"], ready_only=ready_only))
@@ -318,7 +351,8 @@ def main(cfg: RecipeConfig) -> dict:
         print(f"\npreprocessed into {out}: train with the same command without --preprocess-only, "
               "or under torchrun (torchrun --nproc_per_node N -m korbert.recipe ...)")
         return {"preprocessed": str(out), "times": times}
-    vm, sm = read_manifest(cfgs["vocab"].out, "vocab"), read_manifest(cfgs["shards"].out, "shards")
+    vm = read_manifest(cfgs["vocab"].out, "vocab") if "vocab" in cfgs else None
+    sm = read_manifest(cfgs["shards"].out, "shards")
     pm = stage("pretrain", lambda: pretrain_stage.main(cfgs["pretrain"]))
     if not rank0:
         return {}
@@ -335,11 +369,13 @@ def main(cfg: RecipeConfig) -> dict:
             skipped.append(name)
         return r
 
+    # the comparison row: a random init of this model (keyed by it), or the starting model (keyed by its files)
+    label, control_key = ("start", _folder_key(cfg.init_from)) if plan["control"] == "start" else ("control", model_key)
     results = {
         "nsmc": ev("nsmc", nsmc_stage, cfgs["nsmc"], model_key),
-        "nsmc_control": ev("nsmc (control)", nsmc_stage, cfgs["nsmc_control"], model_key),
+        "nsmc_control": ev(f"nsmc ({label})", nsmc_stage, cfgs["nsmc_control"], control_key),
         "korquad": ev("korquad", korquad_stage, cfgs["korquad"], model_key),
-        "korquad_control": ev("korquad (control)", korquad_stage, cfgs["korquad_control"], model_key),
+        "korquad_control": ev(f"korquad ({label})", korquad_stage, cfgs["korquad_control"], control_key),
         "baseline": ev("baseline", baseline_stage, cfgs["baseline"], ""),
     }
     compared = []
@@ -353,7 +389,19 @@ def main(cfg: RecipeConfig) -> dict:
         })
     from korbert.report import write_report
 
-    report = write_report(out, cfg, PRESETS[cfg.preset], cfgs, vm, sm, pm, results, times, time.time() - t_start, compared)
+    report = write_report(out, cfg, PRESETS[cfg.preset], cfgs, vm, sm, pm, results, times, time.time() - t_start, compared, plan["control"])
+    from korbert.card import write_card  # the model card again, now with the results
+
+    final = Path(cfgs["pretrain"].out) / "final"
+    nsmc, korquad = results["nsmc"], results["korquad"]
+    protocol = "dev split by article" if korquad["protocol"]["name"] == "dev-split" else "official protocol, all of dev"
+    datasets = {
+        "nsmc": f"NSMC-R ({Path(nsmc['data']['test']['path']).name}: {nsmc['n']['test']:,} test reviews)",
+        "korquad": f"KorQuAD 1.0 ({protocol}: {korquad['n']['scored_questions']:,} scored questions)",
+    }
+    notes = [f"Fine-tuned and scored by `korbert run --preset {cfg.preset}` (its report: {out / 'report.md'})."]
+    card = write_card(final, report["table"], notes, datasets=datasets)
+    print(f"model card: {card}")
     print(f"\n{(out / 'report.md').read_text(encoding='utf-8')}")
     return report
 

@@ -21,6 +21,12 @@ def model_name(pre) -> str:
     return ", ".join([f"BERT-{pre.model_size}", *shape])
 
 
+def folder_name(folder: str) -> str:
+    """A model folder's name for a table: its own, or for a korbert run's final/ the run's ("demo/final")."""
+    path = Path(folder.rstrip("/"))
+    return f"{path.parent.parent.name}/{path.name}" if path.name == "final" and path.parent.name == "pretrain" else path.name
+
+
 def _read_log(path: Path) -> list[dict]:
     if not path.is_file():
         return []
@@ -62,19 +68,23 @@ def plot_curves(log: list[dict], folder: Path) -> list[str]:
     return names
 
 
-def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict, sm: dict, pm: dict, results: dict, times: dict, seconds: float,
-                 compared: list[dict] = ()) -> dict:
+def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict | None, sm: dict, pm: dict, results: dict, times: dict, seconds: float,
+                 compared: list[dict] = (), control: str = "random") -> dict:
+    """vm: the vocabulary's manifest (None when --init-from used the model's own tokenizer); control:
+    the comparison row, "random" (a random init of the same model) or "start" (the --init-from model)."""
     pre = cfgs["pretrain"]
     log = _read_log(Path(pre.out) / "log.jsonl")
     plots = plot_curves(log, out / "plots")
     pr = results
     base = pr["baseline"]
     final = cfgs["nsmc"].model
-    name = model_name(pre)
-    rows = [
-        result_row(final, False, "pretrained here", pr["nsmc"], pr["korquad"], system=f"korbert {name}"),
-        result_row(final, True, "control", pr["nsmc_control"], pr["korquad_control"], system=f"control: {name}, random init"),
-    ]
+    start = folder_name(cfg.init_from) if getattr(cfg, "init_from", "") else ""
+    name = f"{start}, continued" if start else model_name(pre)
+    rows = [result_row(final, False, "pretrained here", pr["nsmc"], pr["korquad"], system=f"korbert {name}")]
+    if control == "start":
+        rows.append(result_row(cfg.init_from, False, "starting model", pr["nsmc_control"], pr["korquad_control"], system=f"start: {start}, as it was"))
+    else:
+        rows.append(result_row(final, True, "control", pr["nsmc_control"], pr["korquad_control"], system=f"control: {name}, random init"))
     for c in compared:
         rows.append(result_row(c["folder"], False, "given folder", c["nsmc"], c["korquad"]))
     for kind, r in base["baselines"].items():
@@ -87,8 +97,14 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict, sm: dict, p
         "preset": cfg.preset, "about": preset["about"], "machine": {**machine(), "device": dev},
         "seconds": round(seconds, 1), "stage_seconds": times,
         "corpus": {
-            "documents": vm["counts"]["documents_used"], "sentences": vm["counts"].get("sentences"), "characters": vm["counts"].get("characters"),
-            "vocab_size": vm["counts"].get("vocab_size", vm["config"].get("vocab_size")), "tokenizer_hash": vm["tokenizer_hash"],
+            **({
+                "documents": vm["counts"]["documents_used"], "sentences": vm["counts"].get("sentences"), "characters": vm["counts"].get("characters"),
+                "vocab_size": vm["counts"].get("vocab_size", vm["config"].get("vocab_size")),
+            } if vm else {  # --init-from: no vocabulary stage; the shards counted the corpus
+                "documents": sm["counts"]["documents_used"], "sentences": sm["counts"].get("sentences"), "characters": None,
+                "vocab_size": pm["model_config"]["vocab_size"], "tokenizer_from": cfg.init_from,
+            }),
+            "tokenizer_hash": sm["tokenizer_hash"],
             "train_instances": tr["instances"], "train_tokens": tr["tokens"], "valid_instances": sm["counts"]["valid"]["instances"],
             "isnext_share": tr.get("isnext_share"), "masking": tr.get("masking"),
         },
@@ -144,7 +160,9 @@ def render(r: dict) -> str:
         f"KorQuAD 1.0 ({_protocol(kq.get('protocol'))}): {kq['n']['train_questions']:,} training questions ({kq['n']['train_windows']:,} windows), "
         f"{kq['n']['scored_questions']:,} scored; {kq['epochs']} epoch(s), lr {kq['lr']}, {kq['examples_per_s']} windows/s. "
         "EM/F1 by the official KorQuAD 1.0 scorer (character-level F1).",
-        "The control is the same architecture from a random initialization with the same fine-tuning; "
+        ("The comparison row is the starting model (--init-from) as it was, fine-tuned the same way; " if any(x.get("origin") == "starting model" for x in r["table"])
+         else "The control is the same architecture from a random initialization with the same fine-tuning; ")
+        + 
         "models given with --compare are fine-tuned with the same settings and seed, each with its own tokenizer.",
         "",
         "## Pretraining",
@@ -161,8 +179,10 @@ def render(r: dict) -> str:
         "",
         "## Corpus and vocabulary",
         "",
-        f"{c['documents']:,} documents, {c['sentences']:,} sentences, {c['characters']:,} characters; vocabulary {c['vocab_size']:,} "
-        f"(tokenizer {c['tokenizer_hash'][:12]}).",
+        f"{c['documents']:,} documents, {c['sentences']:,} sentences"
+        + (f", {c['characters']:,} characters" if c.get("characters") is not None else "")
+        + f"; vocabulary {c['vocab_size']:,} (tokenizer {c['tokenizer_hash'][:12]}"
+        + (f", the one of {c['tokenizer_from']}" if c.get("tokenizer_from") else "") + ").",
         f"{c['train_instances']:,} training instances ({c['train_tokens']:,} tokens), {c['valid_instances']:,} held out; "
         f"IsNext share {c['isnext_share']}.",
         "",

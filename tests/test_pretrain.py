@@ -213,6 +213,12 @@ def test_export_loads_in_plain_transformers(shards_dir, tmp_path):
     preds = fill(f"영화가 정말 {tok.mask_token}")
     assert len(preds) == 5 and all(isinstance(p["token_str"], str) for p in preds)
     m = json.loads((final / "manifest.json").read_text())
+    from korbert.card import read_card  # the model card, from the manifest alone (no results yet: no model-index)
+
+    meta, body = read_card(final / "README.md")
+    assert meta["pipeline_tag"] == "fill-mask" and "model-index" not in meta and "license" not in meta
+    assert f"{m['step']:,} optimizer steps, {m['tokens']:,} training tokens" in body and "README.md" not in m["files"]
+    assert all(c["file"] in body for c in m["corpus"]["inputs"]) and f"{m['corpus']['train_tokens']:,} tokens" in body
     assert m["kind"] == "model" and m["tokenizer_hash"] == tok.fingerprint and m["step"] == 3
 
 
@@ -601,3 +607,73 @@ def test_evaluation_settings_and_a_longer_budget_continue_the_same_run(shards_di
     capsys.readouterr()
     again = main(cfg(shards_dir, out, max_steps=6, eval_every=2))
     assert "up to date" in capsys.readouterr().out and again["step"] == 6
+
+
+# -- continued pretraining (--init-from) -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def released(shards_dir, tmp_path_factory) -> Path:
+    """The "released model" to continue: a short run's final/ (its tokenizer is the shards')."""
+    out = tmp_path_factory.mktemp("released")
+    main(cfg(shards_dir, out, max_steps=2))
+    return out / "final"
+
+
+def _continued(shards_dir, out, folder, **kw) -> PretrainConfig:
+    return cfg(shards_dir, out, **{"model_size": "mini", "override": [], "init_from": str(folder), **kw})
+
+
+def test_init_from_starts_from_the_folders_weights_then_trains_them(shards_dir, released, tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    start = load_file(released / "model.safetensors")
+    trainer = Trainer(_continued(shards_dir, tmp_path / "cont", released, max_steps=3))
+    before = trainer.model.state_dict()
+    assert all(torch.equal(before[k], v) for k, v in start.items()) and trainer.init["fresh"] == []
+    assert trainer.mcfg.hidden_size == 64 and trainer.mcfg.num_hidden_layers == 2  # the folder's shape, not --model-size mini
+    trainer.train()
+    r = trainer.export()
+    trainer.dist.close()
+    after = load_file(tmp_path / "cont" / "final" / "model.safetensors")
+    assert not torch.equal(after["bert.embeddings.word_embeddings.weight"], start["bert.embeddings.word_embeddings.weight"])
+    m = json.loads((tmp_path / "cont" / "final" / "manifest.json").read_text())
+    assert m["init_from"]["folder"] == str(released.resolve()) and m["init_from"]["fresh"] == [] and r["step"] == 3
+    # plain transformers loads the result with the folder's tokenizer
+    tok = AutoTokenizer.from_pretrained(tmp_path / "cont" / "final")
+    ref = AutoTokenizer.from_pretrained(released)
+    assert tok("영화가 정말 재미있었다")["input_ids"] == ref("영화가 정말 재미있었다")["input_ids"]
+    assert AutoModelForMaskedLM.from_pretrained(tmp_path / "cont" / "final").config.hidden_size == 64
+    # the same command again is up to date; another starting folder is another run
+    assert main(_continued(shards_dir, tmp_path / "cont", released, max_steps=3))["step"] == 3
+
+
+def test_init_from_a_bare_encoder_starts_its_missing_heads_fresh(shards_dir, released, tmp_path):
+    import shutil
+
+    from transformers import BertModel
+
+    bare = tmp_path / "bare"
+    BertModel.from_pretrained(released).save_pretrained(bare)
+    for name in ("tokenizer.json", "tokenizer_config.json", "spm.model"):
+        shutil.copy(released / name, bare / name)
+    r = main(_continued(shards_dir, tmp_path / "cont", bare, max_steps=2))
+    fresh = r["init_from"]["fresh"]
+    assert {"cls.seq_relationship.weight", "cls.predictions.transform.dense.weight"} <= set(fresh)
+    assert not any(k.startswith("bert.") for k in fresh)  # every encoder weight came from the folder
+
+
+def test_init_from_refuses_what_it_cannot_continue(shards_dir, released, bert_dir, tmp_path):
+    import shutil
+
+    with pytest.raises(InputError, match=r"BertTokenizer.*is not the shards' korbert tokenizer [0-9a-f]{12}"):
+        main(_continued(shards_dir, tmp_path / "a", bert_dir))
+    with pytest.raises(InputError, match="drop --model-size"):
+        main(_continued(shards_dir, tmp_path / "b", released, model_size="tiny"))
+    roberta = tmp_path / "roberta"
+    shutil.copytree(released, roberta)
+    c = json.loads((roberta / "config.json").read_text())
+    (roberta / "config.json").write_text(json.dumps({**c, "model_type": "roberta", "architectures": ["RobertaForMaskedLM"]}))
+    with pytest.raises(InputError, match="a roberta model; korbert continues BERT"):
+        main(_continued(shards_dir, tmp_path / "c", roberta))

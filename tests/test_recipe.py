@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from corpus_tools.text import InputError
 from korbert.recipe import RecipeConfig, main
 
 TINY = [
@@ -44,6 +45,17 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
         assert (out / plot).stat().st_size > 1000
     assert (out / "pretrain" / "final" / "model.safetensors").is_file()
     assert json.loads((out / "nsmc" / "control" / "results.json").read_text())["control"] is True
+    # the model card: Hub front matter whose metrics are the results files', and the table
+    from korbert.card import read_card
+
+    meta, body = read_card(out / "pretrain" / "final" / "README.md")
+    assert meta["language"] == ["ko"] and meta["pipeline_tag"] == "fill-mask" and meta["library_name"] == "transformers"
+    nsmc = json.loads((out / "nsmc" / "model" / "results.json").read_text())["metrics"]
+    korquad = json.loads((out / "korquad" / "model" / "results.json").read_text())["metrics"]
+    scores = {m["type"]: m["value"] for res in meta["model-index"][0]["results"] for m in res["metrics"]}
+    assert scores == {"accuracy": round(100 * nsmc["accuracy"], 2), "exact_match": round(korquad["exact_match"], 2), "f1": round(korquad["f1"], 2)}
+    assert "| system | origin | parameters | NSMC-R accuracy | KorQuAD EM | KorQuAD F1 |" in body and "control" in body
+    assert f"{report['pretraining']['steps']:,} optimizer steps" in body and corpus_file.name in body
 
     capsys.readouterr()
     again = main(cfg)  # nothing changed: every stage is up to date
@@ -190,3 +202,37 @@ def test_preprocess_only_builds_vocab_and_shards_then_stops_and_ready_checks_nev
 
     with pytest.raises(InputError, match="no shards built"):
         shards.main(replace(cfgs["shards"], seed=7), ready_only=True)
+
+
+def test_init_from_continues_a_korbert_model_and_compares_with_where_it_started(tmp_path, corpus_file):
+    """`korbert run --init-from final/`: no vocabulary stage (the model's tokenizer), its shape, and the
+    comparison row is the starting model fine-tuned the same way."""
+    from korbert.card import read_card
+
+    first = main(RecipeConfig(preset="demo", out=str(tmp_path / "first"), corpus=[str(corpus_file)], set=TINY))
+    start = tmp_path / "first" / "pretrain" / "final"
+    sets = [x for x in TINY if not x.startswith(("vocab.", "pretrain.model_size", "pretrain.override"))]
+    r = main(RecipeConfig(preset="demo", out=str(tmp_path / "cont"), corpus=[str(corpus_file)], set=sets, init_from=str(start)))
+    assert "vocab" not in r["stage_seconds"] and not (tmp_path / "cont" / "vocab").exists()
+    assert [row["origin"] for row in r["table"][:2]] == ["pretrained here", "starting model"] and r["table"][1]["path"] == str(start)
+    # the starting row is the first run's model, fine-tuned with the same settings and seed: the first run's own numbers
+    assert (r["table"][1]["nsmc_accuracy"], r["table"][1]["korquad_f1"]) == (first["table"][0]["nsmc_accuracy"], first["table"][0]["korquad_f1"])
+    pm = json.loads((tmp_path / "cont" / "pretrain" / "final" / "manifest.json").read_text())
+    fm = json.loads((start / "manifest.json").read_text())
+    assert pm["init_from"]["folder"] == str(start.resolve()) and pm["tokenizer_hash"] == fm["tokenizer_hash"]
+    assert pm["model_config"]["hidden_size"] == fm["model_config"]["hidden_size"] == 64
+    meta, body = read_card(tmp_path / "cont" / "pretrain" / "final" / "README.md")
+    assert meta["base_model"] == str(start.resolve()) and "| start: first/final, as it was | starting model |" in body
+    md = (tmp_path / "cont" / "report.md").read_text()
+    assert "The comparison row is the starting model" in md and f"the one of {start}" in md
+
+
+def test_init_from_options_are_checked_before_any_work(tmp_path, corpus_file, bert_dir):
+    import pytest
+
+    from korbert.recipe import stage_configs
+
+    with pytest.raises(InputError, match="--control start compares with the model --init-from continues"):
+        stage_configs(RecipeConfig(preset="demo", out=str(tmp_path), corpus=[str(corpus_file)], control="start"))
+    with pytest.raises(InputError, match="not a korbert model folder"):
+        stage_configs(RecipeConfig(preset="demo", out=str(tmp_path), corpus=[str(corpus_file)], init_from=str(bert_dir)))

@@ -1,0 +1,144 @@
+"""The model card: final/README.md in the Hugging Face Hub's format (YAML front matter + markdown).
+
+`korbert pretrain` writes it at export from final/manifest.json alone; `korbert run` writes it again
+after its evaluations, adding the results table (the model, its comparison rows, TF-IDF) and a
+`model-index` block with the NSMC-R and KorQuAD metrics. Every figure comes from the manifest or
+the results: nothing is typed by hand. README.md is not in the manifest's file list (the card is
+rewritten after the manifest is final).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from corpus_tools.artifacts import atomic_write_bytes
+from evals.table import pct, render_table
+
+CARD = "README.md"
+TAGS = ["korbert", "bert", "korean", "kiwi", "morpheme"]
+
+
+def _front_matter(m: dict, license: str, ours: dict | None, name: str, datasets: dict) -> str:
+    import yaml
+
+    meta: dict = {"language": ["ko"], "library_name": "transformers", "pipeline_tag": "fill-mask", "tags": TAGS}
+    if license:
+        meta["license"] = license
+    if m.get("init_from"):
+        meta["base_model"] = m["init_from"]["folder"]  # the local folder it continued (the card says: put its Hub id here)
+    if ours is not None:
+        results = []
+        if ours.get("nsmc_accuracy") is not None:
+            results.append({
+                "task": {"type": "text-classification", "name": "Sentiment analysis"},
+                "dataset": {"name": datasets.get("nsmc", "NSMC-R"), "type": "nsmc"},
+                "metrics": [{"type": "accuracy", "value": round(100 * ours["nsmc_accuracy"], 2), "name": "accuracy"}],
+            })
+        if ours.get("korquad_f1") is not None:
+            results.append({
+                "task": {"type": "question-answering", "name": "Extractive question answering"},
+                "dataset": {"name": datasets.get("korquad", "KorQuAD 1.0"), "type": "korquad"},
+                "metrics": [
+                    {"type": "exact_match", "value": round(100 * ours["korquad_em"], 2), "name": "EM"},
+                    {"type": "f1", "value": round(100 * ours["korquad_f1"], 2), "name": "F1"},
+                ],
+            })
+        if results:
+            meta["model-index"] = [{"name": name, "results": results}]
+    return "---\n" + yaml.safe_dump(meta, allow_unicode=True, sort_keys=False) + "---\n"
+
+
+def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes: list[str] | None = None, datasets: dict | None = None) -> str:
+    """The card for a model manifest `m` (final/manifest.json); `table`: result rows (evals.table's),
+    the one with origin "pretrained here" being this model; `datasets`: what each task was scored on
+    ({"nsmc": ..., "korquad": ...})."""
+    mc = m["model_config"]
+    run = m.get("config", {})
+    name = f"korbert BERT ({mc['num_hidden_layers']} layers, hidden {mc['hidden_size']})"
+    ours = next((r for r in table or [] if r.get("origin") == "pretrained here"), None)
+    objective = "masked LM + next-sentence prediction" if m.get("objective", "mlm+nsp") == "mlm+nsp" else "masked LM (no NSP)"
+    lines = [
+        _front_matter(m, license, ours, name, datasets or {}),
+        f"# {name}",
+        "",
+        f"A Korean BERT ({m['parameters'] / 1e6:.1f}M parameters; {mc['num_hidden_layers']} layers, hidden {mc['hidden_size']}, "
+        f"{mc['num_attention_heads']} heads, vocabulary {mc['vocab_size']:,}) pretrained with korbert on {objective}, with a "
+        "vocabulary of Kiwi morphemes.",
+    ]
+    init = m.get("init_from")
+    if init:
+        fresh = init.get("fresh") or []
+        lines += ["", f"Continued from `{init['folder']}` (weights sha256 {init['weights_sha256'][:12]}), whose tokenizer it "
+                  "keeps. Before uploading, replace `base_model` above by that model's Hub id."
+                  + (f" Started fresh (the folder lacked them): {', '.join(f'`{k}`' for k in fresh)}." if fresh else "")]
+    corpus = m.get("corpus")
+    lines += ["", "## Training data", ""]
+    if corpus:
+        lines += ["| file | bytes | sha256 |", "|---|---:|---|"]
+        lines += [f"| {c['file']} | {c['bytes']:,} | {c['sha256'][:16]} |" for c in corpus["inputs"]]
+        lines += ["", f"{corpus['documents']:,} documents; {corpus['train_instances']:,} training instances of "
+                  f"{corpus['train_tokens']:,} tokens (the shards' counts)."]
+    else:
+        lines += ["Not recorded (a model exported before korbert wrote the corpus into its manifest)."]
+    held = m.get("eval") or {}
+    lines += ["", "## Training", ""]
+    if not {"step", "tokens", "seconds"} <= m.keys():
+        lines += ["Not recorded (exported without a training run's manifest)."]
+    else:
+        heldout = ""
+        if "mlm_acc" in held:
+            heldout = f" Held-out MLM accuracy {held['mlm_acc']:.4f}" + (f", NSP accuracy {held['nsp_acc']:.4f}" if "nsp_acc" in held else "") + "."
+        lines.append(
+            f"{m['step']:,} optimizer steps, {m['tokens']:,} training tokens, {m['seconds'] / 60:.1f} min of training on "
+            f"{m.get('hardware', run.get('device', '?'))} ({run.get('precision_used', '?')}, {run.get('world_size', 1)} process(es)); "
+            f"sequences of up to {m.get('trained_seq_len', '?')} tokens.{heldout}"
+        )
+    if m.get("untrained"):
+        lines += ["", f"Left as initialized (MLM only): {', '.join(f'`{u}`' for u in m['untrained'])}."]
+    lines += [
+        "", "## Tokenizer", "",
+        f"Kiwi morphemes, then SentencePiece pieces (korbert tokenizer {m['tokenizer_hash'][:12]}); offsets index the string "
+        "you pass. It needs `kiwipiepy`. With korbert installed, `import korbert` and load as usual; without it, the folder "
+        "carries the tokenizer's code: pass `trust_remote_code=True`.",
+        "", "## Usage", "",
+        "```python",
+        "from transformers import AutoModel, AutoTokenizer, pipeline",
+        "",
+        'tok = AutoTokenizer.from_pretrained("PATH", trust_remote_code=True)   # or: import korbert, then without the flag',
+        'model = AutoModel.from_pretrained("PATH")',
+        'fill = pipeline("fill-mask", model="PATH", trust_remote_code=True)',
+        'fill("영화가 정말 [MASK]")',
+        "```",
+    ]
+    if table:
+        lines += ["", "## Evaluation", "", *render_table(table), ""]
+        lines += notes or []
+        if ours is not None:
+            lines += ["", f"This model: NSMC-R accuracy {pct(ours.get('nsmc_accuracy'))}, KorQuAD EM {pct(ours.get('korquad_em'))} / "
+                      f"F1 {pct(ours.get('korquad_f1'))}."]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def write_card(
+    folder: str | Path, table: list[dict] | None = None, notes: list[str] | None = None, license: str | None = None, datasets: dict | None = None,
+) -> Path:
+    """final/README.md from final/manifest.json (and the results rows, when there are any). The
+    license is the manifest's (`korbert pretrain --license`) unless given."""
+    folder = Path(folder)
+    m = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    path = folder / CARD
+    text = card_text(m, m.get("license", "") if license is None else license, table, notes, datasets)
+    atomic_write_bytes(path, text.encode("utf-8"))
+    return path
+
+
+def read_card(path: str | Path) -> tuple[dict, str]:
+    """(front matter, markdown body) of a card (the tests' parser, and anyone's)."""
+    import yaml
+
+    text = Path(path).read_text(encoding="utf-8")
+    if not text.startswith("---\n"):
+        raise ValueError(f"{path}: no YAML front matter")
+    head, _, body = text[4:].partition("\n---\n")
+    return yaml.safe_load(head), body
