@@ -649,7 +649,7 @@ def test_init_from_starts_from_the_folders_weights_then_trains_them(shards_dir, 
     assert main(_continued(shards_dir, tmp_path / "cont", released, max_steps=3))["step"] == 3
 
 
-def test_init_from_a_bare_encoder_starts_its_missing_heads_fresh(shards_dir, released, tmp_path):
+def test_init_from_a_bare_encoder_starts_its_missing_heads_fresh(shards_dir, released, tmp_path, no_kiwi):
     import shutil
 
     from transformers import BertModel
@@ -662,6 +662,11 @@ def test_init_from_a_bare_encoder_starts_its_missing_heads_fresh(shards_dir, rel
     fresh = r["init_from"]["fresh"]
     assert {"cls.seq_relationship.weight", "cls.predictions.transform.dense.weight"} <= set(fresh)
     assert not any(k.startswith("bert.") for k in fresh)  # every encoder weight came from the folder
+    # where Kiwi is not installed (a GPU box with torch + transformers), the same run
+    p = _run_cli(_args(_continued(shards_dir, tmp_path / "nokiwi", bare, max_steps=2)), env=no_kiwi)
+    assert p.returncode == 0, p.stderr[-2000:]
+    m = json.loads((tmp_path / "nokiwi" / "final" / "manifest.json").read_text())
+    assert m["init_from"]["fresh"] == fresh and losses(tmp_path / "nokiwi") == losses(tmp_path / "cont")
 
 
 def test_init_from_refuses_what_it_cannot_continue(shards_dir, released, bert_dir, tmp_path):
