@@ -76,7 +76,9 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
     lines += ["", "## Training data", ""]
     if corpus:
         lines += ["| file | bytes | sha256 |", "|---|---:|---|"]
-        lines += [f"| {c['file']} | {c['bytes']:,} | {c['sha256'][:16]} |" for c in corpus["inputs"]]
+        for c in corpus["inputs"]:
+            part = f" (its first {c['first_documents']:,} documents)" if c.get("first_documents") else ""
+            lines.append(f"| {c['file']}{part} | {c['bytes']:,} | {c['sha256'][:16]} |")
         lines += ["", f"{corpus['documents']:,} documents; {corpus['train_instances']:,} training instances of "
                   f"{corpus['train_tokens']:,} tokens (the shards' counts)."]
     else:

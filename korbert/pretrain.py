@@ -656,7 +656,8 @@ class Trainer:
             **({} if self.nsp else {"untrained": [f"{p}*" for p in UNTRAINED_WITHOUT_NSP]}),
             **({"init_from": {k: self.init[k] for k in ("folder", "weights_sha256", "fresh")}} if self.init else {}),
             "corpus": {  # what the model card says it was trained on
-                "inputs": [{"file": Path(i["path"]).name, "bytes": i["bytes"], "sha256": i["sha256"]} for i in sm["inputs"]],
+                "inputs": [{"file": Path(i["path"]).name, "bytes": i["bytes"], "sha256": i["sha256"],
+                            **({"first_documents": i["first_documents"]} if i.get("first_documents") else {})} for i in sm["inputs"]],
                 "documents": sm["counts"].get("documents_used"), "train_instances": sm["counts"]["train"]["instances"],
                 "train_tokens": sm["counts"]["train"]["tokens"],
             },

@@ -143,7 +143,9 @@ def render(r: dict) -> str:
         "",
         f"{r['about']}." + (f" Changed with --set: `{' '.join(r['config']['recipe']['set'])}`." if r["config"]["recipe"]["set"] else "")
         + (f" Corpus given with --corpus, instead of the preset's: `{' '.join(r['config']['recipe']['corpus'])}`."
-           if r["config"]["recipe"].get("corpus") else ""),
+           if r["config"]["recipe"].get("corpus") else "")
+        + (f" Continued from `{r['config']['recipe']['init_from']}` (--init-from), not from a random initialization."
+           if r["config"]["recipe"].get("init_from") else ""),
         f"Machine: {r['machine']['cpu']} ({r['machine']['cores']} cores){'; ' + dev.get('name', '') if dev.get('name') else ''}. "
         f"This invocation of the recipe: {r['seconds'] / 60:.1f} min (stages already up to date are not redone).",
         "",

@@ -236,3 +236,17 @@ def test_init_from_options_are_checked_before_any_work(tmp_path, corpus_file, be
         stage_configs(RecipeConfig(preset="demo", out=str(tmp_path), corpus=[str(corpus_file)], control="start"))
     with pytest.raises(InputError, match="not a korbert model folder"):
         stage_configs(RecipeConfig(preset="demo", out=str(tmp_path), corpus=[str(corpus_file)], init_from=str(bert_dir)))
+
+
+def test_model_card_names_a_corpus_slice_and_a_license():
+    from korbert.card import card_text
+
+    m = {
+        "model_config": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "vocab_size": 3000}, "parameters": 300_000,
+        "tokenizer_hash": "ab" * 32, "step": 5, "tokens": 1000, "seconds": 60.0, "license": "apache-2.0",
+        "corpus": {"inputs": [{"file": "kowiki.jsonl.gz", "bytes": 10, "sha256": "cd" * 32, "first_documents": 3000}],
+                   "documents": 3000, "train_instances": 7, "train_tokens": 700},
+    }
+    text = card_text(m, m["license"])
+    assert "| kowiki.jsonl.gz (its first 3,000 documents) | 10 |" in text and "\nlicense: apache-2.0\n" in text
+    assert "5 optimizer steps, 1,000 training tokens, 1.0 min" in text and "model-index" not in text
