@@ -181,10 +181,10 @@ class Job:
 @lru_cache(maxsize=2)
 def _task_tokenizer(folder: str, threads: int):
     from corpus_tools.morph import set_kiwi_threads
-    from korbert.tokenizer import KorBertTokenizer
+    from korbert import foreign
 
     set_kiwi_threads(threads)
-    return KorBertTokenizer.from_pretrained(folder)
+    return foreign.encoder(foreign.load(folder, folder))  # KorBertTokenizer, or another model's fast tokenizer
 
 
 def build_piece(job: Job, piece: Piece, data: bytes | None = None, on_batch: Callable[[int], None] | None = None) -> dict:

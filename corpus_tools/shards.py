@@ -64,7 +64,10 @@ PROGRESS = "progress.json"
 class ShardsConfig:
     """Turn raw text into BERT pretraining instances (NSP pairs + MLM) in checksummed shards."""
 
-    tokenizer: str = C.field("runs/vocab", "tokenizer folder (the output of `korbert vocab`), or a korbert model folder (final/) to continue")
+    tokenizer: str = C.field(
+        "runs/vocab", "tokenizer folder (the output of `korbert vocab`), or a model folder to continue: a korbert final/ or "
+        "any local transformers folder with a fast tokenizer (its own tokens; Kiwi splits the sentences)",
+    )
     inputs: list[str] = C.field(
         [str(SAMPLE_DATA / "reviews.jsonl.gz"), str(SAMPLE_DATA / "petitions.jsonl.gz")],
         "text files, folders or globs: .txt (blank line between documents), .jsonl, optionally .gz",
@@ -142,24 +145,33 @@ MODEL_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "spm.model")
 
 
 def _load_tokenizer(folder: str):
-    """A korbert tokenizer folder (`korbert vocab`), or a korbert model folder (its final/: the
-    tokenizer it was trained with, for continued pretraining) -> (tokenizer, its manifest)."""
+    """A korbert tokenizer folder (`korbert vocab`), a korbert model folder (its final/), or any local
+    transformers folder with a fast tokenizer (korbert/foreign.py) -> (tokenizer, its manifest)."""
+    from korbert import foreign
+    from korbert.folders import TOKENIZER_FILES
+
+    where = f"--tokenizer {folder}"
+    if not Path(folder).is_dir():
+        raise InputError(f"{where}: no such folder")
     try:
         tm = read_manifest(folder, "vocab")
-    except ValueError:  # another kind of folder: a korbert model's?
-        try:
-            m = read_manifest(folder, "model")
-        except (FileNotFoundError, ValueError):
-            raise InputError(f"--tokenizer {folder}: neither a korbert tokenizer folder (korbert vocab) nor a korbert model folder (final/)") from None
-        files = [n for n in MODEL_TOKENIZER_FILES if Path(folder, n).is_file()]
-        tm = {"tokenizer_hash": m["tokenizer_hash"], "files": {n: sha256_file(Path(folder, n)) for n in files}, "model": str(folder)}
-    except FileNotFoundError as e:
-        raise InputError(f"--tokenizer {folder}: {e}") from None
-    from korbert.tokenizer import KorBertTokenizer
-
-    tok = KorBertTokenizer.from_pretrained(folder)
-    if tok.fingerprint != tm["tokenizer_hash"]:
-        raise InputError(f"--tokenizer {folder}: files differ from its manifest.json (hash {tok.fingerprint[:12]} != {tm['tokenizer_hash'][:12]})")
+    except (FileNotFoundError, ValueError):  # a model folder: a korbert model's, or another's with its own tokenizer
+        tok = foreign.load(folder, where)
+        if foreign.is_korbert(folder):
+            try:
+                m = read_manifest(folder, "model")
+            except (FileNotFoundError, ValueError) as e:
+                raise InputError(f"{where}: {e}") from None
+            names, tokenizer_hash = MODEL_TOKENIZER_FILES, m["tokenizer_hash"]
+        else:
+            names, tokenizer_hash = TOKENIZER_FILES, foreign.fingerprint(tok, folder)
+        files = [n for n in names if Path(folder, n).is_file()]
+        tm = {"tokenizer_hash": tokenizer_hash, "files": {n: sha256_file(Path(folder, n)) for n in files}, "model": str(folder),
+              "tokenizer_class": type(tok).__name__}
+    else:
+        tok = foreign.load(folder, where)
+    if foreign.fingerprint(tok, folder) != tm["tokenizer_hash"]:
+        raise InputError(f"{where}: files differ from its manifest.json (hash {foreign.fingerprint(tok, folder)[:12]} != {tm['tokenizer_hash'][:12]})")
     return tok, tm
 
 
@@ -175,7 +187,8 @@ def _copy_tokenizer(src: str, tm: dict, dest: Path) -> list[str]:
         if not target.is_file() or target.read_bytes() != data:
             atomic_write_bytes(target, data)
     if "model" in tm:
-        write_manifest(dest / TOKENIZER_DIR, "vocab", VOCAB_FORMAT, files=names, tokenizer_hash=tm["tokenizer_hash"], from_model=tm["model"])
+        write_manifest(dest / TOKENIZER_DIR, "vocab", VOCAB_FORMAT, files=names, tokenizer_hash=tm["tokenizer_hash"], from_model=tm["model"],
+                       tokenizer_class=tm["tokenizer_class"])
     return [f"{TOKENIZER_DIR}/{n}" for n in names + ["manifest.json"]]
 
 
@@ -410,10 +423,10 @@ def show(folder: str | os.PathLike, n: int, split: str = "train") -> None:
     """Print n decoded instances: segments A/B, NSP label, [MASK]s visible (dynamic: one draw)."""
     if n <= 0:
         return
-    from korbert.tokenizer import KorBertTokenizer
+    from korbert import foreign
 
     reader = open_shards(folder, split=split, verify=False)
-    tok = KorBertTokenizer.from_pretrained(tokenizer_dir(Path(folder)))
+    tok = foreign.load(tokenizer_dir(Path(folder)), f"{folder}/tokenizer")
     rng = np.random.default_rng(0)
     for i in range(min(n, len(reader))):
         item = reader.masked(i, rng)

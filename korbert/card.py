@@ -98,18 +98,28 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
         )
     if m.get("untrained"):
         lines += ["", f"Left as initialized (MLM only): {', '.join(f'`{u}`' for u in m['untrained'])}."]
+    ours_tok = m.get("tokenizer_class", "KorBertTokenizer") == "KorBertTokenizer"
+    remote = ", trust_remote_code=True" if ours_tok else ""
+    lines += ["", "## Tokenizer", ""]
+    if ours_tok:
+        lines.append(
+            f"Kiwi morphemes, then SentencePiece pieces (korbert tokenizer {m['tokenizer_hash'][:12]}); offsets index the string "
+            "you pass. It needs `kiwipiepy`. With korbert installed, `import korbert` and load as usual; without it, the folder "
+            "carries the tokenizer's code: pass `trust_remote_code=True`."
+        )
+    else:
+        lines.append(
+            f"The starting model's own tokenizer ({m['tokenizer_class']}, its files unchanged: sha256 {m['tokenizer_hash'][:12]}); "
+            "plain transformers loads it, no korbert or Kiwi needed. Pretraining cut its pairs at Kiwi's sentence boundaries."
+        )
     lines += [
-        "", "## Tokenizer", "",
-        f"Kiwi morphemes, then SentencePiece pieces (korbert tokenizer {m['tokenizer_hash'][:12]}); offsets index the string "
-        "you pass. It needs `kiwipiepy`. With korbert installed, `import korbert` and load as usual; without it, the folder "
-        "carries the tokenizer's code: pass `trust_remote_code=True`.",
         "", "## Usage", "",
         "```python",
         "from transformers import AutoModel, AutoTokenizer, pipeline",
         "",
-        'tok = AutoTokenizer.from_pretrained("PATH", trust_remote_code=True)   # or: import korbert, then without the flag',
+        f'tok = AutoTokenizer.from_pretrained("PATH"{remote})' + ("   # or: import korbert, then without the flag" if ours_tok else ""),
         'model = AutoModel.from_pretrained("PATH")',
-        'fill = pipeline("fill-mask", model="PATH", trust_remote_code=True)',
+        f'fill = pipeline("fill-mask", model="PATH"{remote})',
         'fill("영화가 정말 [MASK]")',
         "```",
     ]

@@ -92,7 +92,7 @@ def truncate_log(path: Path, step: int) -> None:
     atomic_write_bytes(path, "".join(line + "\n" for line in keep).encode("utf-8"))
 
 
-def export(model, tok, folder: Path, manifest_fields: dict) -> None:
+def export(model, tok, folder: Path, manifest_fields: dict, tokenizer_from: Path | None = None) -> None:
     """final/: a plain BertForPreTraining (config.json + model.safetensors) + tokenizer + manifest +
     the model card (README.md). Written into a temporary folder, then swapped in."""
     from transformers import BertForPreTraining
@@ -103,15 +103,24 @@ def export(model, tok, folder: Path, manifest_fields: dict) -> None:
     plain.load_state_dict(model.state_dict())
     plain.config.architectures = ["BertForPreTraining"]
     plain.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    from korbert.hub import add_auto_files  # AutoTokenizer: the tokenizer's source + auto_map
+    if hasattr(tok, "fingerprint"):  # korbert's tokenizer, with its source and auto_map (AutoTokenizer)
+        from korbert.hub import add_auto_files
 
-    add_auto_files(tmp)
+        tok.save_pretrained(tmp)
+        add_auto_files(tmp)
+        tokenizer_hash = tok.fingerprint
+    else:  # a continued model's own tokenizer: its files, unchanged, so it loads exactly as the original did
+        from korbert.folders import TOKENIZER_FILES, tokenizer_files_sha256
+
+        for name in TOKENIZER_FILES:
+            if tokenizer_from is not None and (tokenizer_from / name).is_file():
+                shutil.copyfile(tokenizer_from / name, tmp / name)
+        tokenizer_hash = tokenizer_files_sha256(tmp)
     files = sorted(p.name for p in tmp.iterdir() if p.is_file())
     from korbert.model import count_parameters
 
     shape = {"model_config": model.config.to_dict(), "parameters": count_parameters(model)}  # (the card's; a run passes them too)
-    write_manifest(tmp, "model", FORMAT_VERSION, files=files, tokenizer_hash=tok.fingerprint, **{**shape, **manifest_fields})
+    write_manifest(tmp, "model", FORMAT_VERSION, files=files, tokenizer_hash=tokenizer_hash, **{**shape, **manifest_fields})
     from korbert.card import write_card  # README.md, the model card, from that manifest (not in its file list)
 
     write_card(tmp)
@@ -141,21 +150,15 @@ def init_source(cfg: PretrainConfig, tok, shards_tokenizer_hash: str) -> dict:
             f"{where}: a {kind} model; korbert continues BERT checkpoints only (BertForPreTraining, BertForMaskedLM or "
             f"BertModel weights). RoBERTa and ELECTRA differ in their heads and objective: pretrain them with their own code"
         )
-    shards = f"the shards' korbert tokenizer {shards_tokenizer_hash[:12]}"
-    if mf.kind != "korbert":
-        tcls = json.loads((mf.path / "tokenizer_config.json").read_text(encoding="utf-8")).get("tokenizer_class", "?") if (mf.path / "tokenizer_config.json").is_file() else "?"
-        raise InputError(
-            f"{where}: its tokenizer ({tcls}, files sha256 {mf.tokenizer_sha256[:12]}) is not {shards}; continued "
-            f"pretraining needs shards made with the model's own tokenizer, and `korbert shards` takes korbert tokenizer folders only"
-        )
-    theirs = mf.tokenizer_fingerprint(tok=None)
+    theirs = mf.tokenizer_fingerprint()  # korbert: the tokenizer's fingerprint; another folder: its files' sha256
     if theirs != shards_tokenizer_hash:
+        name = "korbert tokenizer" if mf.kind == "korbert" else _tokenizer_class(mf.path) + " (files sha256)"
         raise InputError(
-            f"{where}: its tokenizer is korbert tokenizer {theirs[:12]}, not {shards}: build the shards with the "
-            f"vocabulary folder that model was trained with (`korbert shards --tokenizer VOCAB`)"
+            f"{where}: its tokenizer ({name} {theirs[:12]}) is not the one the shards were made with ({shards_tokenizer_hash[:12]}): "
+            f"build them with the model's own tokenizer: korbert shards --tokenizer {cfg.init_from} ..."
         )
-    if mf.config.vocab_size != len(tok):
-        raise InputError(f"{where}: config.json vocab_size {mf.config.vocab_size} != its tokenizer's {len(tok)} tokens")
+    if mf.config.vocab_size < len(tok):
+        raise InputError(f"{where}: config.json vocab_size {mf.config.vocab_size} < its tokenizer's {len(tok)} tokens")
     h = hashlib.sha256()
     for name in WEIGHT_FILES:
         if (mf.path / name).is_file():
@@ -174,3 +177,8 @@ def load_init_weights(model, folder: str) -> list[str]:
     src, info = BertForPreTraining.from_pretrained(folder, local_files_only=True, output_loading_info=True)
     model.load_state_dict(src.state_dict())
     return sorted(set(info["missing_keys"]))
+
+
+def _tokenizer_class(folder: Path) -> str:
+    cfg = folder / "tokenizer_config.json"
+    return json.loads(cfg.read_text(encoding="utf-8")).get("tokenizer_class", "?") if cfg.is_file() else "?"

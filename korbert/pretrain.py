@@ -143,7 +143,7 @@ class Trainer:
 
         from corpus_tools.shard_format import tokenizer_dir, open_shards, verify_shards
         from korbert.model import count_parameters
-        from korbert.tokenizer import KorBertTokenizer
+        from korbert import foreign
 
         if cfg.max_steps <= 0 and cfg.max_tokens <= 0 and cfg.max_minutes <= 0:
             raise InputError("no budget: set --max-steps, --max-tokens or --max-minutes")
@@ -163,9 +163,10 @@ class Trainer:
         except (FileNotFoundError, ValueError) as e:
             raise InputError(f"--shards {cfg.shards}: {e}") from None
         self.shards_manifest = sm
-        self.tok = tok = KorBertTokenizer.from_pretrained(tokenizer_dir(Path(cfg.shards)))
-        if tok.fingerprint != sm["tokenizer_hash"]:
-            raise InputError(f"--shards {cfg.shards}: its tokenizer copy has hash {tok.fingerprint[:12]}, the manifest says {sm['tokenizer_hash'][:12]}")
+        self.tok_dir = tokenizer_dir(Path(cfg.shards))
+        self.tok = tok = foreign.load(self.tok_dir, f"--shards {cfg.shards}")  # KorBertTokenizer, or a continued model's own
+        if foreign.fingerprint(tok, self.tok_dir) != sm["tokenizer_hash"]:
+            raise InputError(f"--shards {cfg.shards}: its tokenizer copy has hash {foreign.fingerprint(tok, self.tok_dir)[:12]}, the manifest says {sm['tokenizer_hash'][:12]}")
         if cfg.objective != "mlm" and not sm["config"].get("nsp", True):
             raise InputError(f"--shards {cfg.shards} were made without NSP labels (--no-nsp): pretrain them with --objective mlm")
         if cfg.mask_prob and (not 0 < cfg.mask_prob < 1 or sm["config"]["masking"] != "dynamic"):
@@ -316,7 +317,7 @@ class Trainer:
 
             mcfg = BertConfig.from_dict(state["state"]["model_config"])
             mcfg._attn_implementation = "sdpa"
-        if mcfg.vocab_size != vocab:
+        if mcfg.vocab_size != vocab and not (self.init is not None and mcfg.vocab_size > vocab):  # (a released model may pad its vocabulary)
             raise InputError(f"model vocab_size {mcfg.vocab_size} != tokenizer size {vocab}")
         return mcfg
 
@@ -661,14 +662,14 @@ class Trainer:
                 "documents": sm["counts"].get("documents_used"), "train_instances": sm["counts"]["train"]["instances"],
                 "train_tokens": sm["counts"]["train"]["tokens"],
             },
-            "hardware": self.hardware,
+            "hardware": self.hardware, "tokenizer_class": type(self.tok).__name__,
             **({"license": cfg.license} if cfg.license else {}),
         }
 
     def export(self) -> dict:
         result = self.result()
         if self.dist.main:
-            export(self.model, self.tok, self.final, result)
+            export(self.model, self.tok, self.final, result, self.tok_dir)
             s = max(self.seconds, 1e-9)
             e = self.last_eval
             nsp = f", nsp acc {e.get('nsp_acc', float('nan')):.4f}" if self.nsp else " (MLM only: pooler and NSP head untrained)"

@@ -672,7 +672,7 @@ def test_init_from_a_bare_encoder_starts_its_missing_heads_fresh(shards_dir, rel
 def test_init_from_refuses_what_it_cannot_continue(shards_dir, released, bert_dir, tmp_path):
     import shutil
 
-    with pytest.raises(InputError, match=r"BertTokenizer.*is not the shards' korbert tokenizer [0-9a-f]{12}"):
+    with pytest.raises(InputError, match=r"BertTokenizer.*\(files sha256\) [0-9a-f]{12}\) is not the one the shards were made with \([0-9a-f]{12}\)"):
         main(_continued(shards_dir, tmp_path / "a", bert_dir))
     with pytest.raises(InputError, match="drop --model-size"):
         main(_continued(shards_dir, tmp_path / "b", released, model_size="tiny"))

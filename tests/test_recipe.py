@@ -234,8 +234,26 @@ def test_init_from_options_are_checked_before_any_work(tmp_path, corpus_file, be
 
     with pytest.raises(InputError, match="--control start compares with the model --init-from continues"):
         stage_configs(RecipeConfig(preset="demo", out=str(tmp_path), corpus=[str(corpus_file)], control="start"))
-    with pytest.raises(InputError, match="not a korbert model folder"):
-        stage_configs(RecipeConfig(preset="demo", out=str(tmp_path), corpus=[str(corpus_file)], init_from=str(bert_dir)))
+    with pytest.raises(InputError, match="drop --set pretrain.model_size"):
+        stage_configs(RecipeConfig(preset="demo", out=str(tmp_path), corpus=[str(corpus_file)], init_from=str(bert_dir), set=TINY))
+
+
+def test_init_from_a_released_wordpiece_bert_end_to_end(tmp_path, corpus_file, bert_dir):
+    """A released BERT with its own WordPiece tokenizer, continued on the corpus: its tokenizer throughout,
+    and the comparison row is that model fine-tuned the same way."""
+    from korbert.card import read_card
+
+    sets = [x for x in TINY if not x.startswith(("vocab.", "pretrain.model_size", "pretrain.override"))]
+    r = main(RecipeConfig(preset="demo", out=str(tmp_path / "run"), corpus=[str(corpus_file)], set=sets, init_from=str(bert_dir)))
+    assert [row["origin"] for row in r["table"][:2]] == ["pretrained here", "starting model"] and r["table"][1]["path"] == str(bert_dir)
+    assert all(row["nsmc_accuracy"] is not None and row["korquad_f1"] is not None for row in r["table"][:2])
+    final = tmp_path / "run" / "pretrain" / "final"
+    from korbert.folders import TOKENIZER_FILES
+
+    kept = [n for n in TOKENIZER_FILES if (bert_dir / n).is_file()]
+    assert "tokenizer.json" in kept and all((final / n).read_bytes() == (bert_dir / n).read_bytes() for n in kept)
+    meta, body = read_card(final / "README.md")
+    assert meta["base_model"] == str(bert_dir.resolve()) and "plain transformers loads it" in body and "trust_remote_code" not in body
 
 
 def test_model_card_names_a_corpus_slice_and_a_license():

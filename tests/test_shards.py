@@ -671,7 +671,11 @@ def test_user_errors_are_clear(vocab_dir, mixed, tmp_path, capsys):
 
     assert korbert(["shards", "--tokenizer", str(tmp_path / "nope"), "--inputs", str(mixed), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "korbert shards: error: --tokenizer" in err and "no manifest.json" in err and "Traceback" not in err
+    assert "korbert shards: error: --tokenizer" in err and "no such folder" in err and "Traceback" not in err
+    (tmp_path / "empty").mkdir()  # a folder, but neither korbert's nor a model's with a tokenizer
+    assert korbert(["shards", "--tokenizer", str(tmp_path / "empty"), "--inputs", str(mixed), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot load its tokenizer" in err and "Traceback" not in err
     assert korbert(["shards", "--tokenizer", str(vocab_dir), "--inputs", str(mixed), "--out", str(tmp_path / "o"), "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"]) == 2
     assert "pass one of them" in capsys.readouterr().err
     (tmp_path / "e.txt").write_text("\n\n", encoding="utf-8")

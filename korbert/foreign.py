@@ -1,0 +1,126 @@
+"""Another model's own fast tokenizer in korbert's stages, for continued pretraining of a released BERT.
+
+`korbert shards --tokenizer FOLDER` takes a korbert tokenizer or model folder, or any local
+transformers folder with a fast tokenizer (WordPiece, BPE or Unigram). For the latter:
+
+- Kiwi still splits the sentences (BERT's pairs are cut at sentence boundaries);
+- the tokens are the folder's own (`tok(texts, add_special_tokens=False)`), without Kiwi morphemes;
+- whole-unit masking uses the tokenizer's own words (`word_ids`) for `--mask-unit morpheme`, and
+  the eojeols of the original spacing for `--mask-unit eojeol`;
+- its identity is the sha256 of its tokenizer files (`korbert.folders.tokenizer_files_sha256`), and
+  the export copies those files unchanged, so the result loads exactly as the original did.
+
+Limits, each refused with its reason: a slow (Python-only) tokenizer (offsets and word ids need a
+fast one), and special tokens at other ids than korbert's [PAD] [UNK] [CLS] [SEP] [MASK] = 0..4
+(the shards and the loader fix those ids).
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_right
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+
+from corpus_tools.text import InputError
+
+SPECIAL_IDS = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}  # corpus_tools.shard_format's PAD .. MASK
+
+
+def is_korbert(folder: str | Path) -> bool:
+    """Whether a folder holds a korbert tokenizer (its tokenizer_config.json names KorBertTokenizer)."""
+    cfg = Path(folder, "tokenizer_config.json")
+    return cfg.is_file() and json.loads(cfg.read_text(encoding="utf-8")).get("tokenizer_class") == "KorBertTokenizer"
+
+
+def load(folder: str | Path, where: str):
+    """A korbert tokenizer, or the folder's own fast tokenizer, checked (see the module doc)."""
+    if is_korbert(folder):
+        from korbert.tokenizer import KorBertTokenizer
+
+        return KorBertTokenizer.from_pretrained(folder)
+    import transformers
+    from transformers import AutoTokenizer
+
+    from korbert.folders import first_line
+
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError, TypeError, KeyError, ImportError) as e:
+        raise InputError(f"{where}: cannot load its tokenizer with AutoTokenizer ({first_line(e)})") from None
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    if not tok.is_fast:
+        raise InputError(
+            f"{where}: {type(tok).__name__} is a slow (Python-only) tokenizer; korbert needs a fast one, whose offsets and "
+            "word ids place sentences and whole words (save the folder with its tokenizer.json)"
+        )
+    ids = {name: getattr(tok, f"{name}_token_id", None) for name in SPECIAL_IDS}
+    if ids != SPECIAL_IDS:
+        raise InputError(
+            f"{where}: its special tokens have ids {ids}; korbert's shards keep [PAD] [UNK] [CLS] [SEP] [MASK] at ids "
+            "0..4, so this tokenizer is not supported yet"
+        )
+    return tok
+
+
+def fingerprint(tok, folder: str | Path) -> str:
+    """What shards and models record as the tokenizer's identity."""
+    from korbert.folders import tokenizer_files_sha256
+
+    return tok.fingerprint if hasattr(tok, "fingerprint") else tokenizer_files_sha256(Path(folder))
+
+
+def encoder(tok):
+    """The object whose `encode_documents_async(texts)` the shards stage calls."""
+    return tok if hasattr(tok, "encode_documents_async") else DocumentEncoder(tok)
+
+
+class DocumentEncoder:
+    """`KorBertTokenizer.encode_documents_async` for another fast tokenizer: per text, int32 arrays
+    over its tokens: ids, sentence (Kiwi's), morpheme (the tokenizer's word), eojeol (whitespace-
+    separated word of the text), and offsets (n, 2) into the text."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def encode_documents_async(self, texts: list[str]):
+        from corpus_tools.morph import get_kiwi
+        from corpus_tools.text import nfc
+
+        texts = [nfc(t) for t in texts]
+        kiwi = get_kiwi(0)
+        step = max(1, kiwi.num_workers * 16)
+        queued = [kiwi.tokenize(texts[i : i + step]) for i in range(0, len(texts), step)]  # Kiwi's threads start now
+
+        def finish() -> list[dict]:
+            enc = self.tok(texts, add_special_tokens=False, return_offsets_mapping=True)
+            out = []
+            for i, (text, analysis) in enumerate(zip(texts, chain.from_iterable(queued))):
+                starts, last = [], None
+                for t in analysis:  # a sentence starts where its first morpheme does
+                    if t.sent_position != last:
+                        starts.append(t.start)
+                        last = t.sent_position
+                ids = np.asarray(enc["input_ids"][i], dtype=np.int32)
+                offsets = np.asarray(enc["offset_mapping"][i], dtype=np.int32).reshape(-1, 2)
+                words = np.asarray([-1 if w is None else w for w in enc.word_ids(i)], dtype=np.int32)
+                eojeol_starts = [k for k, c in enumerate(text) if not c.isspace() and (k == 0 or text[k - 1].isspace())]
+                first = offsets[:, 0].tolist()
+                out.append({
+                    "ids": ids,
+                    "sentence": np.asarray([max(0, bisect_right(starts, a) - 1) for a in first], dtype=np.int32),
+                    "morpheme": words,
+                    "eojeol": np.asarray([max(0, bisect_right(eojeol_starts, a) - 1) for a in first], dtype=np.int32),
+                    "offsets": offsets,
+                })
+            return out
+
+        return finish
+
+    def encode_documents(self, texts: list[str]) -> list[dict]:
+        return self.encode_documents_async(texts)()
