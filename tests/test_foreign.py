@@ -127,3 +127,19 @@ def test_a_tokenizer_with_other_special_ids_is_refused(tmp_path):
                       mask_token="[MASK]").save_pretrained(tmp_path)
     with pytest.raises(InputError, match=r"special tokens have ids \{'pad': 1, 'unk': 0.*0\.\.4"):
         foreign.load(tmp_path, "--tokenizer x")
+
+
+def test_pretraining_on_foreign_shards_needs_no_kiwi(foreign_shards, bert_dir, tmp_path):
+    """A GPU box with torch + transformers only: pretraining from carried shards never imports Kiwi."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    (tmp_path / "kiwipiepy.py").write_text('raise ImportError("kiwipiepy is not installed here (test)")\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
+    args = ["--shards", str(foreign_shards), "--out", str(tmp_path / "out"), "--init-from", str(bert_dir), "--max-steps", "2",
+            "--batch-size", "8", "--eval-instances", "16", "--num-workers", "0", "--precision", "fp32"]
+    p = subprocess.run([sys.executable, "-m", "korbert.pretrain", *args], env=env, cwd=root, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads((tmp_path / "out" / "final" / "manifest.json").read_text())["step"] == 2
