@@ -21,6 +21,7 @@ import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 from typing import Iterable, Sequence
 
 from corpus_tools.text import nfc_with_offsets
@@ -40,6 +41,15 @@ def set_kiwi_threads(n: int) -> None:
 
 def default_threads() -> int:
     return _THREADS or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+def analyse_ahead(kiwi, texts: list[str]):
+    """Kiwi's analyses of `texts`, in order (an iterator), all queued to its worker threads now, so
+    Kiwi works while the caller does something else. Kiwi's iterable API by itself keeps only
+    `num_workers * 16` texts in flight, so the texts go in as calls of at most that many: each
+    call queues all of its texts at once."""
+    step = max(1, kiwi.num_workers * 16)
+    return chain.from_iterable([kiwi.tokenize(texts[i : i + step]) for i in range(0, len(texts), step)])
 
 
 def get_kiwi(num_workers: int = 0, model_type: str = "cong", typos: str | None = None):

@@ -153,10 +153,11 @@ def _load_tokenizer(folder: str):
     where = f"--tokenizer {folder}"
     if not Path(folder).is_dir():
         raise InputError(f"{where}: no such folder")
+    tok = foreign.load(folder, where)
+    fingerprint = foreign.fingerprint(tok, folder)
     try:
         tm = read_manifest(folder, "vocab")
     except (FileNotFoundError, ValueError):  # a model folder: a korbert model's, or another's with its own tokenizer
-        tok = foreign.load(folder, where)
         if foreign.is_korbert(folder):
             try:
                 m = read_manifest(folder, "model")
@@ -164,14 +165,12 @@ def _load_tokenizer(folder: str):
                 raise InputError(f"{where}: {e}") from None
             names, tokenizer_hash = MODEL_TOKENIZER_FILES, m["tokenizer_hash"]
         else:
-            names, tokenizer_hash = TOKENIZER_FILES, foreign.fingerprint(tok, folder)
+            names, tokenizer_hash = TOKENIZER_FILES, fingerprint
         files = [n for n in names if Path(folder, n).is_file()]
         tm = {"tokenizer_hash": tokenizer_hash, "files": {n: sha256_file(Path(folder, n)) for n in files}, "model": str(folder),
               "tokenizer_class": type(tok).__name__}
-    else:
-        tok = foreign.load(folder, where)
-    if foreign.fingerprint(tok, folder) != tm["tokenizer_hash"]:
-        raise InputError(f"{where}: files differ from its manifest.json (hash {foreign.fingerprint(tok, folder)[:12]} != {tm['tokenizer_hash'][:12]})")
+    if fingerprint != tm["tokenizer_hash"]:
+        raise InputError(f"{where}: files differ from its manifest.json (hash {fingerprint[:12]} != {tm['tokenizer_hash'][:12]})")
     return tok, tm
 
 

@@ -135,24 +135,30 @@ def export(model, tok, folder: Path, manifest_fields: dict, tokenizer_from: Path
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
-def init_source(cfg: PretrainConfig, tok, shards_tokenizer_hash: str) -> dict:
-    """--init-from FOLDER, checked: a BERT model folder whose tokenizer is the one the shards were
-    made with. -> {"folder", "weights_sha256" (its weight files), "config"}; an InputError otherwise."""
+def open_init_folder(folder: str):
+    """An --init-from folder, opened (korbert.folders.open_folder) and checked to be a BERT."""
     from korbert.folders import open_folder
 
-    where = f"--init-from {cfg.init_from}"
-    if cfg.model_size != "mini" or cfg.override:
-        raise InputError(f"{where}: the model's shape comes from its config.json; drop --model-size / --override")
-    mf = open_folder(cfg.init_from, label=where)
+    mf = open_folder(folder, label=f"--init-from {folder}")
     kind = getattr(mf.config, "model_type", "?")
     if kind != "bert":
         raise InputError(
-            f"{where}: a {kind} model; korbert continues BERT checkpoints only (BertForPreTraining, BertForMaskedLM or "
-            f"BertModel weights). RoBERTa and ELECTRA differ in their heads and objective: pretrain them with their own code"
+            f"--init-from {folder}: a {kind} model; korbert continues BERT checkpoints only (BertForPreTraining, BertForMaskedLM "
+            f"or BertModel weights). RoBERTa and ELECTRA differ in their heads and objective: pretrain them with their own code"
         )
+    return mf
+
+
+def init_source(cfg: PretrainConfig, tok, shards_tokenizer_hash: str) -> dict:
+    """--init-from FOLDER, checked: a BERT model folder whose tokenizer is the one the shards were
+    made with. -> {"folder", "weights_sha256" (its weight files), "config"}; an InputError otherwise."""
+    where = f"--init-from {cfg.init_from}"
+    if cfg.model_size != "mini" or cfg.override:
+        raise InputError(f"{where}: the model's shape comes from its config.json; drop --model-size / --override")
+    mf = open_init_folder(cfg.init_from)
     theirs = mf.tokenizer_fingerprint()  # korbert: the tokenizer's fingerprint; another folder: its files' sha256
     if theirs != shards_tokenizer_hash:
-        name = "korbert tokenizer" if mf.kind == "korbert" else _tokenizer_class(mf.path) + " (files sha256)"
+        name = "korbert tokenizer" if mf.kind == "korbert" else f"{mf.tokenizer_class or '?'} (files sha256)"
         raise InputError(
             f"{where}: its tokenizer ({name} {theirs[:12]}) is not the one the shards were made with ({shards_tokenizer_hash[:12]}): "
             f"build them with the model's own tokenizer: korbert shards --tokenizer {cfg.init_from} ..."
@@ -177,8 +183,3 @@ def load_init_weights(model, folder: str) -> list[str]:
     src, info = BertForPreTraining.from_pretrained(folder, local_files_only=True, output_loading_info=True)
     model.load_state_dict(src.state_dict())
     return sorted(set(info["missing_keys"]))
-
-
-def _tokenizer_class(folder: Path) -> str:
-    cfg = folder / "tokenizer_config.json"
-    return json.loads(cfg.read_text(encoding="utf-8")).get("tokenizer_class", "?") if cfg.is_file() else "?"

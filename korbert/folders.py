@@ -50,6 +50,7 @@ class ModelFolder:
     manifest: dict
     tokenizer_sha256: str
     where: str
+    tokenizer_class: str = ""  # tokenizer_config.json's, when it names one
     _tok: object = None
 
     @property
@@ -73,17 +74,7 @@ class ModelFolder:
                     f"model was trained with {want[:12]}: the folder mixes a model and a foreign tokenizer"
                 )
             return tok
-        import transformers
-        from transformers import AutoTokenizer
-
-        verbosity = transformers.logging.get_verbosity()
-        transformers.logging.set_verbosity_error()
-        try:
-            return AutoTokenizer.from_pretrained(self.path, local_files_only=True)
-        except (OSError, ValueError, TypeError, KeyError, ImportError) as e:
-            raise InputError(f"{self.where}: cannot load its tokenizer with AutoTokenizer ({first_line(e)})") from None
-        finally:
-            transformers.logging.set_verbosity(verbosity)
+        return load_auto_tokenizer(self.path, self.where)
 
     def tokenizer_fingerprint(self, tok=None) -> str:
         """korbert: the tokenizer's own fingerprint (what shards and models record); otherwise the
@@ -91,6 +82,21 @@ class ModelFolder:
         if self.kind == "korbert":
             return (tok or self.tokenizer()).fingerprint
         return self.tokenizer_sha256
+
+
+def load_auto_tokenizer(path: Path, where: str):
+    """AutoTokenizer.from_pretrained(path), local only and quiet; a folder it cannot load: one line."""
+    import transformers
+    from transformers import AutoTokenizer
+
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError, TypeError, KeyError, ImportError) as e:
+        raise InputError(f"{where}: cannot load its tokenizer with AutoTokenizer ({first_line(e)})") from None
+    finally:
+        transformers.logging.set_verbosity(verbosity)
 
 
 def first_line(e: BaseException) -> str:
@@ -138,7 +144,7 @@ def open_folder(folder: str, weights: bool = True, label: str | None = None) -> 
         config = AutoConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
         raise InputError(f"{where}: config.json: {first_line(e)}") from None
-    return ModelFolder(path, kind, config, manifest, tokenizer_files_sha256(path), where)
+    return ModelFolder(path, kind, config, manifest, tokenizer_files_sha256(path), where, tcfg.get("tokenizer_class", ""))
 
 
 def check_trained_positions(mf: ModelFolder, max_len: int, allow: bool, control: bool, window_hint: str) -> None:

@@ -18,14 +18,14 @@ fast one), and special tokens at other ids than korbert's [PAD] [UNK] [CLS] [SEP
 from __future__ import annotations
 
 import json
-from bisect import bisect_right
-from itertools import chain
+import re
 from pathlib import Path
 
 import numpy as np
 
 from corpus_tools.text import InputError
 
+_EOJEOL = re.compile(r"\S+")  # a whitespace-separated word of the text
 SPECIAL_IDS = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}  # corpus_tools.shard_format's PAD .. MASK
 
 
@@ -41,19 +41,9 @@ def load(folder: str | Path, where: str):
         from korbert.tokenizer import KorBertTokenizer
 
         return KorBertTokenizer.from_pretrained(folder)
-    import transformers
-    from transformers import AutoTokenizer
+    from korbert.folders import load_auto_tokenizer
 
-    from korbert.folders import first_line
-
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()
-    try:
-        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError, TypeError, KeyError, ImportError) as e:
-        raise InputError(f"{where}: cannot load its tokenizer with AutoTokenizer ({first_line(e)})") from None
-    finally:
-        transformers.logging.set_verbosity(verbosity)
+    tok = load_auto_tokenizer(Path(folder), where)
     if not tok.is_fast:
         raise InputError(
             f"{where}: {type(tok).__name__} is a slow (Python-only) tokenizer; korbert needs a fast one, whose offsets and "
@@ -89,33 +79,29 @@ class DocumentEncoder:
         self.tok = tok
 
     def encode_documents_async(self, texts: list[str]):
-        from corpus_tools.morph import get_kiwi
+        from corpus_tools.morph import analyse_ahead, get_kiwi
         from corpus_tools.text import nfc
 
         texts = [nfc(t) for t in texts]
-        kiwi = get_kiwi(0)
-        step = max(1, kiwi.num_workers * 16)
-        queued = [kiwi.tokenize(texts[i : i + step]) for i in range(0, len(texts), step)]  # Kiwi's threads start now
+        analyses = analyse_ahead(get_kiwi(0), texts)  # Kiwi's threads start now
 
         def finish() -> list[dict]:
             enc = self.tok(texts, add_special_tokens=False, return_offsets_mapping=True)
             out = []
-            for i, (text, analysis) in enumerate(zip(texts, chain.from_iterable(queued))):
-                starts, last = [], None
+            for i, (text, analysis) in enumerate(zip(texts, analyses)):
+                sentence_starts, last = [], None
                 for t in analysis:  # a sentence starts where its first morpheme does
                     if t.sent_position != last:
-                        starts.append(t.start)
+                        sentence_starts.append(t.start)
                         last = t.sent_position
-                ids = np.asarray(enc["input_ids"][i], dtype=np.int32)
+                eojeol_starts = [m.start() for m in _EOJEOL.finditer(text)]
                 offsets = np.asarray(enc["offset_mapping"][i], dtype=np.int32).reshape(-1, 2)
-                words = np.asarray([-1 if w is None else w for w in enc.word_ids(i)], dtype=np.int32)
-                eojeol_starts = [k for k, c in enumerate(text) if not c.isspace() and (k == 0 or text[k - 1].isspace())]
-                first = offsets[:, 0].tolist()
+                first = offsets[:, 0]
                 out.append({
-                    "ids": ids,
-                    "sentence": np.asarray([max(0, bisect_right(starts, a) - 1) for a in first], dtype=np.int32),
-                    "morpheme": words,
-                    "eojeol": np.asarray([max(0, bisect_right(eojeol_starts, a) - 1) for a in first], dtype=np.int32),
+                    "ids": np.asarray(enc["input_ids"][i], dtype=np.int32),
+                    "sentence": np.maximum(np.searchsorted(sentence_starts, first, side="right") - 1, 0).astype(np.int32),
+                    "morpheme": np.asarray([-1 if w is None else w for w in enc.word_ids(i)], dtype=np.int32),
+                    "eojeol": np.maximum(np.searchsorted(eojeol_starts, first, side="right") - 1, 0).astype(np.int32),
                     "offsets": offsets,
                 })
             return out

@@ -165,8 +165,9 @@ class Trainer:
         self.shards_manifest = sm
         self.tok_dir = tokenizer_dir(Path(cfg.shards))
         self.tok = tok = foreign.load(self.tok_dir, f"--shards {cfg.shards}")  # KorBertTokenizer, or a continued model's own
-        if foreign.fingerprint(tok, self.tok_dir) != sm["tokenizer_hash"]:
-            raise InputError(f"--shards {cfg.shards}: its tokenizer copy has hash {foreign.fingerprint(tok, self.tok_dir)[:12]}, the manifest says {sm['tokenizer_hash'][:12]}")
+        fingerprint = foreign.fingerprint(tok, self.tok_dir)
+        if fingerprint != sm["tokenizer_hash"]:
+            raise InputError(f"--shards {cfg.shards}: its tokenizer copy has hash {fingerprint[:12]}, the manifest says {sm['tokenizer_hash'][:12]}")
         if cfg.objective != "mlm" and not sm["config"].get("nsp", True):
             raise InputError(f"--shards {cfg.shards} were made without NSP labels (--no-nsp): pretrain them with --objective mlm")
         if cfg.mask_prob and (not 0 < cfg.mask_prob < 1 or sm["config"]["masking"] != "dynamic"):

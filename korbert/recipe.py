@@ -182,9 +182,9 @@ def stage_configs(cfg: RecipeConfig) -> dict:
     if control == "start" and not cfg.init_from:
         raise InputError("--control start compares with the model --init-from continues: pass --init-from FOLDER")
     if cfg.init_from:
-        start = open_folder(cfg.init_from, label=f"--init-from {cfg.init_from}")  # checked now, not after the shards
-        if getattr(start.config, "model_type", "") != "bert":
-            raise InputError(f"--init-from {cfg.init_from}: a {getattr(start.config, 'model_type', '?')} model; korbert continues BERT checkpoints only")
+        from korbert.checkpoint import open_init_folder
+
+        open_init_folder(cfg.init_from)  # checked now, not after the shards
     classes = {"vocab": VocabConfig, "shards": ShardsConfig, "shards_long": ShardsConfig, "pretrain": PretrainConfig, "nsmc": NsmcConfig, "korquad": KorquadConfig, "baseline": BaselineConfig}
     final = str(out / "pretrain" / "final")
     base = {

@@ -78,7 +78,7 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict | None, sm: 
     pr = results
     base = pr["baseline"]
     final = cfgs["nsmc"].model
-    start = folder_name(cfg.init_from) if getattr(cfg, "init_from", "") else ""
+    start = folder_name(cfg.init_from) if cfg.init_from else ""
     name = f"{start}, continued" if start else model_name(pre)
     rows = [result_row(final, False, "pretrained here", pr["nsmc"], pr["korquad"], system=f"korbert {name}")]
     if control == "start":

@@ -19,7 +19,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from corpus_tools.morph import get_kiwi, segment_spans
+from corpus_tools.morph import analyse_ahead, get_kiwi, segment_spans
 
 SPACE = "▁"  # U+2581, SentencePiece's whitespace marker
 SPACES = frozenset(c for c in map(chr, range(0x3001)) if c.isspace())  # every str.isspace() char
@@ -117,21 +117,17 @@ class Segmenter:
         """`batch` over `texts` in up to `chunks` consecutive chunks (of at least ~`min_chars`
         characters), with Kiwi running ahead: every chunk's texts are queued to Kiwi's worker threads
         before the first is collected, so while the caller works on chunk k in Python, Kiwi analyses
-        chunks k+1, k+2, ... Yields (lo, hi, the WordBatch of texts[lo:hi]).
-
-        Kiwi's iterable API by itself keeps only `num_workers * 16` texts in flight, so the texts
-        go in as calls of at most that many: each call queues all of its texts at once."""
+        chunks k+1, k+2, ... Yields (lo, hi, the WordBatch of texts[lo:hi]) (`analyse_ahead`)."""
         kiwi = get_kiwi(0, **self.kiwi_options)
-        step = max(1, kiwi.num_workers * 16)
         queued = []
         for lo, hi in chunk_bounds(texts, chunks, min_chars):
             plans, plain = self.plan(texts[lo:hi], specials)
             if len(plain) == 1:  # one string (batch=1): analysed in this thread, no hand-off to the pool
-                queued.append((lo, hi, plans, [[kiwi.tokenize(plain[0])]]))
+                queued.append((lo, hi, plans, iter([kiwi.tokenize(plain[0])])))
                 continue
-            queued.append((lo, hi, plans, [kiwi.tokenize(plain[i : i + step]) for i in range(0, len(plain), step)]))
-        for lo, hi, plans, calls in queued:
-            yield lo, hi, self.batch(texts[lo:hi], plans, chain.from_iterable(calls), self.vectorized, sentences=False)
+            queued.append((lo, hi, plans, analyse_ahead(kiwi, plain)))
+        for lo, hi, plans, analyses in queued:
+            yield lo, hi, self.batch(texts[lo:hi], plans, analyses, self.vectorized, sentences=False)
 
     def batch(
         self, texts: list[str], plans: list[list] | None, analyses, vectorized: bool = True, sentences: bool = True

@@ -65,7 +65,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 from tokenizers.pre_tokenizers import PreTokenizer
 from transformers import TokenizersBackend
 
-from corpus_tools.morph import DEFAULT_KIWI, get_kiwi
+from corpus_tools.morph import DEFAULT_KIWI, analyse_ahead, get_kiwi
 from corpus_tools.text import nfc, nfc_with_offsets
 from korbert.segmenter import SPACE, SPACES, KiwiPreTokenizer, Segmenter
 from korbert.segmenter import WordBatch, chunk_bounds  # noqa: F401  (importable from here, as before the split)
@@ -306,18 +306,11 @@ class KorBertTokenizer(CachedEncoding, TokenizersBackend):
         encoding and returns what `encode_documents(texts)` returns.
 
         A caller that starts batch k+1 before finishing batch k keeps Kiwi analysing while
-        Python works on batch k (the shards stage does). Kiwi's iterable API by itself keeps
-        only `num_workers * 16` texts in flight, so the texts go in as that many calls of at
-        most that size: each call queues all of its texts at once.
+        Python works on batch k (the shards stage does; `analyse_ahead`).
         """
-        from itertools import chain
-
         texts = [nfc(t) for t in texts]
         plans, plain = self._segmenter.plan(texts, self.added_tokens_encoder)  # special tokens stay whole
-        kiwi = get_kiwi(0, **self.kiwi_options)
-        step = max(1, kiwi.num_workers * 16)
-        queued = [kiwi.tokenize(plain[i : i + step]) for i in range(0, len(plain), step)]  # sentences: sent_position
-        analyses = chain.from_iterable(queued)
+        analyses = analyse_ahead(get_kiwi(0, **self.kiwi_options), plain)  # sentences: sent_position
 
         def finish() -> list[dict]:
             with gc_paused():
