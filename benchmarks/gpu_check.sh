@@ -12,6 +12,7 @@
 # Every step ends by packing OUT into $BUNDLE (default OUT.tgz): one file to fetch, current even if the run is cut short.
 set -uo pipefail
 S=$1; D=$2; F=$3; O=$4; TSEC=${5:-300}  # TSEC=0: no throughput step
+STEPS=${STEPS:-300} FINETUNE=${FINETUNE:-1}  # steps of the killed-and-resumed run; FINETUNE=0 skips step 5
 W=$(mktemp -d)
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$O"
@@ -28,7 +29,7 @@ for what, n, fn in (("small kernel launched", 5000, lambda: x.add_(1)), ("sync (
     torch.cuda.synchronize(); print(f"{what}: {(time.perf_counter() - t) / n * 1e6:.1f} us each")
 PY
 P="python3 -m korbert.cli pretrain --shards $S --model-size small --tokens-per-batch 65536 --pack --lr 1e-3 --device cuda --compile
-   --max-steps 300 --save-every 50 --log-every 25 --eval-every 100 --eval-instances 2000"
+   --max-steps $STEPS --save-every 50 --log-every 25 --eval-every 100 --eval-instances 2000"
 
 echo "== 1+2: compiled bf16 run, killed after its first checkpoint, resumed"
 $P --out "$W/run" > "$O/pretrain-killed.log" 2>&1 &
@@ -48,6 +49,7 @@ t=$SECONDS; torchrun --standalone --nproc_per_node 1 -m korbert.cli pretrain --s
   --device cuda --compile --max-steps 60 --log-every 20 --eval-every 0 --out "$W/ddp" > "$O/pretrain-torchrun.log" 2>&1
 echo "torchrun rc=$? in $((SECONDS - t)) s"; tail -3 "$O/pretrain-torchrun.log"; pack
 
+if [ "$FINETUNE" != 0 ]; then
 echo "== 5: fine-tuning on CUDA from cached features"
 t=$SECONDS; python3 -m korbert.cli eval nsmc --model "$W/run/final" --train "$D/nsmc_train_20k.txt" --test "$D/nsmc_test_5k.txt" \
   --features "$F" --out "$W/nsmc" --epochs 1 --lr 1e-4 --batch-size 64 --device cuda > "$O/nsmc.log" 2>&1
@@ -55,6 +57,7 @@ echo "nsmc rc=$? in $((SECONDS - t)) s"; tail -3 "$O/nsmc.log"; cp "$W/nsmc/resu
 t=$SECONDS; python3 -m korbert.cli eval korquad --model "$W/run/final" --dev-file "$D/KorQuAD_v1.0_dev.json" \
   --features "$F" --out "$W/korquad" --epochs 1 --lr 1e-4 --batch-size 32 --device cuda > "$O/korquad.log" 2>&1
 echo "korquad rc=$? in $((SECONDS - t)) s"; tail -3 "$O/korquad.log"; cp "$W/korquad/results.json" "$O/korquad-results.json"; pack
+fi
 
 [ "$TSEC" = 0 ] && exit 0
 echo "== 6: throughput"

@@ -14,32 +14,38 @@
 set -uo pipefail
 S=$1; D=$2; F=$3; O=$4; MIN=$5; NTRAIN=${6:-0}
 W=${W:-runs/gpu-small}  # work folder; PRETRAIN_ARGS: extra `korbert pretrain` flags; CONTROLS=0 skips the controls
+SIZE=${SIZE:-small} NSMC_BATCH=${NSMC_BATCH:-64}  # the model size; NSMC's fine-tuning batch (both the model and its control)
+DEV=${DEV:-cuda} FT_ARGS=${FT_ARGS:-}  # a smoke test on a CPU: DEV=cpu PRETRAIN_ARGS=--no-compile FT_ARGS='--max-steps 2 --max-eval-examples 50'
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$O" "$W"
-pack() { tar czf "${BUNDLE:-$O.tgz}" -C "$O" .; }
+B=${BUNDLE:-$O.tgz}
+pack() { tar czf "$B.$BASHPID" -C "$O" . && mv "$B.$BASHPID" "$B"; }  # jobs beside each other each write a whole bundle
 nvidia-smi -L
 
 nsmc() {  # nsmc NAME MODEL [--control]
   python3 -m korbert.cli eval nsmc --model "$2" ${3:-} --train "$D/ratings_train.txt" --test "$D/ratings_test.txt" --features "$F" \
-    --out "$W/nsmc/$1" --epochs 1 --max-train-examples "$NTRAIN" --lr 1e-4 --batch-size 64 --device cuda > "$O/nsmc-$1.log" 2>&1
+    --out "$W/nsmc/$1" --epochs 1 --max-train-examples "$NTRAIN" --lr 1e-4 --batch-size "$NSMC_BATCH" --device "$DEV" $FT_ARGS > "$O/nsmc-$1.log" 2>&1
   echo "nsmc $1 rc=$?: $(grep 'test accuracy' "$O/nsmc-$1.log")"; cp "$W/nsmc/$1/results.json" "$O/nsmc-$1-results.json"; pack
 }
-korquad() {  # korquad NAME MODEL [--control]
-  python3 -m korbert.cli eval korquad --model "$2" ${3:-} --dev-file "$D/KorQuAD_v1.0_dev.json" --features "$F" \
-    --out "$W/korquad/$1" --epochs 3 --lr 1e-4 --batch-size 32 --device cuda > "$O/korquad-$1.log" 2>&1
-  echo "korquad $1 rc=$?: $(grep -i 'EM ' "$O/korquad-$1.log" | tail -1)"; cp "$W/korquad/$1/results.json" "$O/korquad-$1-results.json"; pack
+# KorQuAD in 384-token windows (positions 128..383 untrained: pretraining is at 128) and in 128-token windows
+K384="--max-len 384 --allow-untrained-positions"; K128="--max-len 128 --stride 32 --max-query-len 40"
+korquad() {  # korquad NAME MODEL [--control] [eval flags]
+  local name=$1 model=$2; shift 2
+  python3 -m korbert.cli eval korquad --model "$model" "$@" --dev-file "$D/KorQuAD_v1.0_dev.json" --features "$F" \
+    --out "$W/korquad/$name" --epochs 3 --lr 1e-4 --batch-size 32 --device "$DEV" $FT_ARGS > "$O/korquad-$name.log" 2>&1
+  echo "korquad $name rc=$?: $(grep '^korquad \[' "$O/korquad-$name.log" | tail -1)"; cp "$W/korquad/$name/results.json" "$O/korquad-$name-results.json"; pack
 }
 
 t=$SECONDS
-python3 -m korbert.cli pretrain --shards "$S" --out "$W/pretrain" --model-size small --tokens-per-batch 65536 --pack --lr 5e-4 --warmup 500 \
-  --device cuda --compile --max-steps 0 --max-minutes "$MIN" --eval-every 500 --eval-instances 3000 --log-every 100 ${PRETRAIN_ARGS:-} \
+python3 -m korbert.cli pretrain --shards "$S" --out "$W/pretrain" --model-size "$SIZE" --tokens-per-batch 65536 --pack --lr 5e-4 --warmup 500 \
+  --device "$DEV" --compile --max-steps 0 --max-minutes "$MIN" --eval-every 500 --eval-instances 3000 --log-every 100 ${PRETRAIN_ARGS:-} \
   > "$O/pretrain.log" 2>&1 &
 pre=$!
 if [ "${CONTROLS:-1}" != 0 ]; then  # the controls need only the architecture: a 1-step export of the same config
-  python3 -m korbert.cli pretrain --shards "$S" --out "$W/arch" --model-size small --max-steps 1 --device cuda --eval-every 0 > "$O/arch.log" 2>&1
-  (nsmc control "$W/arch/final" --control; korquad control "$W/arch/final" --control) &
+  python3 -m korbert.cli pretrain --shards "$S" --out "$W/arch" --model-size "$SIZE" --max-steps 1 --device "$DEV" --eval-every 0 > "$O/arch.log" 2>&1
+  (nsmc control "$W/arch/final" --control; korquad control384 "$W/arch/final" --control $K384; korquad control128 "$W/arch/final" --control $K128) &
 fi
 wait $pre; echo "pretrain rc=$? in $((SECONDS - t)) s"; tail -3 "$O/pretrain.log"
 cp "$W/pretrain/log.jsonl" "$O/pretrain-log.jsonl"; cp "$W/pretrain/final/manifest.json" "$O/pretrain-manifest.json"; pack
-nsmc model "$W/pretrain/final" & korquad model "$W/pretrain/final" &
+nsmc model "$W/pretrain/final" & korquad model384 "$W/pretrain/final" $K384 & korquad model128 "$W/pretrain/final" $K128 &
 wait; echo "all done in $((SECONDS - t)) s"; pack

@@ -135,6 +135,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=-1, help="DataLoader workers of the korbert runs (-1: korbert's default)")
     ap.add_argument("--worker-sweep", type=int, nargs="*", default=[1, 2], help="also run the first size compiled with these worker counts")
     ap.add_argument("--modes", nargs="+", default=["eager", "compiled", "cudagraphs"], choices=["eager", "compiled", "cudagraphs"])
+    ap.add_argument("--hf-modes", nargs="*", default=["eager", "compiled"], choices=["eager", "compiled"], help="transformers' runs")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--max-seconds", type=float, default=450, help="skip the configurations left when this much time has passed")
     ap.add_argument("--out", default="benchmarks/results/pretrain-gpu-throughput.json")
@@ -172,27 +173,33 @@ def main() -> None:
         atomic_write_json(a.out, out)
 
     with tempfile.TemporaryDirectory() as tmp:
+        runs = []  # (size, label, fn): every size's korbert and transformers runs, then the worker sweep (first size)
         for size in a.sizes:
-            res = {}
-            runs = [(f"korbert_{m}", lambda m=m: run_korbert(a, size, m, Path(tmp), a.workers)) for m in a.modes]
-            runs += [(f"hf_{m}", lambda m=m: run_hf(a, size, m == "compiled", hf_batches, metas, vocab, max_len, peak)) for m in ("eager", "compiled")]
-            if size == a.sizes[0]:
-                runs += [(f"korbert_compiled_workers{w}", lambda w=w: run_korbert(a, size, "compiled", Path(tmp), w)) for w in a.worker_sweep]
-            for label, fn in runs:
-                if time.time() - t0 > a.max_seconds:
-                    skipped.append(f"{size}/{label}")
-                    continue
+            runs += [(size, f"korbert_{m}", lambda s=size, m=m: run_korbert(a, s, m, Path(tmp), a.workers)) for m in a.modes]
+            runs += [(size, f"hf_{m}", lambda s=size, m=m: run_hf(a, s, m == "compiled", hf_batches, metas, vocab, max_len, peak)) for m in a.hf_modes]
+        runs += [(a.sizes[0], f"korbert_compiled_workers{w}", lambda w=w: run_korbert(a, a.sizes[0], "compiled", Path(tmp), w)) for w in a.worker_sweep]
+        for size, label, fn in runs:
+            res = results.setdefault(size, {})
+            if time.time() - t0 > a.max_seconds:
+                skipped.append(f"{size}/{label}")
+                continue
+            try:
                 res[label] = fn()
-                r = res[label]
-                mfu = f", MFU {r['mfu']:.1%}" if r.get("mfu") is not None else ""
-                mem = f", peak {r['peak_memory_gb']} GB" if r.get("peak_memory_gb") is not None else ""
-                print(f"BERT-{size} {label}: {r['tokens_per_s']:,.0f} tok/s{mfu}{mem} ({time.time() - t0:.0f} s so far)", flush=True)
-                for k in ("eager", "compiled", "cudagraphs"):  # each against transformers' eager (its usual form) and compiled
-                    for base in ("eager", "compiled"):
-                        if f"korbert_{k}" in res and f"hf_{base}" in res:
-                            res[f"ratio_korbert_{k}_vs_hf_{base}"] = round(res[f"korbert_{k}"]["tokens_per_s"] / res[f"hf_{base}"]["tokens_per_s"], 3)
-                results[size] = res
+            except Exception as e:  # one configuration failing (out of memory, a compile error) keeps the others
+                res[label] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+                print(f"BERT-{size} {label}: failed: {res[label]['error'][:300]}", flush=True)
                 write(partial=True)
+                continue
+            r = res[label]
+            mfu = f", MFU {r['mfu']:.1%}" if r.get("mfu") is not None else ""
+            mem = f", peak {r['peak_memory_gb']} GB" if r.get("peak_memory_gb") is not None else ""
+            print(f"BERT-{size} {label}: {r['tokens_per_s']:,.0f} tok/s{mfu}{mem} ({time.time() - t0:.0f} s so far)", flush=True)
+            for k in ("eager", "compiled", "cudagraphs"):  # each against transformers' eager (its usual form) and compiled
+                for base in ("eager", "compiled"):
+                    ours, theirs = res.get(f"korbert_{k}", {}), res.get(f"hf_{base}", {})
+                    if "tokens_per_s" in ours and "tokens_per_s" in theirs:
+                        res[f"ratio_korbert_{k}_vs_hf_{base}"] = round(ours["tokens_per_s"] / theirs["tokens_per_s"], 3)
+            write(partial=True)
     write(partial=False)
     print(f"-> {a.out}")
 
