@@ -21,19 +21,27 @@ n_max = int(sys.argv[3]) if len(sys.argv) > 3 else 2000
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 model = BertForPreTraining.from_pretrained(final).to(dev).eval()
 reader = open_shards(shards, split="valid", verify=False)
+own = None  # shards of a tokenizer with its specials elsewhere hold mapped ids (korbert/foreign.py): map them back
+if "id_map" in reader.manifest:
+    from korbert import foreign
+    from corpus_tools.shard_format import tokenizer_dir
+
+    own = foreign.id_map(foreign.load(tokenizer_dir(Path(shards)), shards)).argsort()
 hit = total = 0
 n = min(n_max, len(reader))
 
 
-def row(x) -> torch.Tensor:  # one instance as a batch of one; shards store uint16, embeddings take int64
-    return torch.from_numpy(np.asarray(x, dtype=np.int64))[None].to(dev)
+def row(x, ids: bool = False) -> torch.Tensor:  # one instance as a batch of one; shards store uint16, embeddings take int64
+    x = np.asarray(x, dtype=np.int64)
+    return torch.from_numpy(own[x] if ids and own is not None else x)[None].to(dev)
 
 
 for i in range(n):
     it = reader.masked(i, np.random.default_rng([1234, i]))
     with torch.no_grad():
-        out = model(input_ids=row(it["input_ids"]), token_type_ids=row(it["token_type_ids"]))
-    labels = torch.tensor(np.asarray(it["labels"]), device=dev)
+        out = model(input_ids=row(it["input_ids"], ids=True), token_type_ids=row(it["token_type_ids"]))
+    labels = np.asarray(it["labels"], dtype=np.int64)
+    labels = torch.tensor(labels if own is None else np.where(labels >= 0, own[np.maximum(labels, 0)], labels), device=dev)
     keep = labels != -100
     hit += int((out.prediction_logits[0].argmax(-1)[keep] == labels[keep]).sum())
     total += int(keep.sum())

@@ -75,13 +75,19 @@ class MaskConfig:
     keep_share: float = 0.1  # unchanged; the rest (0.1) a random piece
 
     @classmethod
-    def from_tokenizer(cls, tok, mask_prob: float = 0.15) -> "MaskConfig":
-        return cls(mask_prob=mask_prob, mask_id=tok.mask_token_id, random_low=first_normal_id(tok), random_high=len(tok))
+    def from_tokenizer(cls, tok, mask_prob: float = 0.15, id_map=None) -> "MaskConfig":
+        """id_map: the tokenizer's own id -> the shards' (korbert.foreign.id_map), when they differ."""
+        mask_id = tok.mask_token_id if id_map is None else int(id_map[tok.mask_token_id])
+        return cls(mask_prob=mask_prob, mask_id=mask_id, random_low=first_normal_id(tok, id_map), random_high=len(tok))
 
 
-def first_normal_id(tok) -> int:
-    """The first id that is not special, [unusedN] or a byte piece <0xNN> (the layout is fixed)."""
-    for i, t in enumerate(tok.convert_ids_to_tokens(list(range(len(tok))))):
+def first_normal_id(tok, id_map=None) -> int:
+    """The first id (the shards', after id_map) that is not special, [unusedN] or a byte piece <0xNN>."""
+    tokens = tok.convert_ids_to_tokens(list(range(len(tok))))
+    if id_map is not None:  # in the shards' order
+        order = np.argsort(id_map[: len(tok)])
+        tokens = [tokens[j] for j in order]
+    for i, t in enumerate(tokens):
         special = t in tok.all_special_tokens or (t.startswith("[unused") and t.endswith("]"))
         if not special and not (len(t) == 6 and t.startswith("<0x") and t.endswith(">")):
             return i

@@ -299,7 +299,11 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
     _check(cfg)
     t0 = time.time()
     tok, tm = _load_tokenizer(cfg.tokenizer)
-    mcfg = MaskConfig.from_tokenizer(tok, cfg.mask_prob)
+    from korbert import foreign
+
+    mcfg = MaskConfig.from_tokenizer(tok, cfg.mask_prob, foreign.id_map(tok))
+    # a tokenizer with its specials elsewhere than 0..4: the shards hold mapped ids (korbert/foreign.py), and say so
+    id_map = {"own_special_ids": foreign.special_ids(tok), "rule": "korbert.foreign.id_map"} if foreign.id_map(tok) is not None else None
     columns = shard_columns(len(tok), cfg.max_seq_len, cfg.masking, cfg.mask_unit != "token")
     del tok  # the tasks load their own (a Dask worker its own Kiwi: Kiwi cannot be pickled)
     files = expand_inputs(cfg.inputs)
@@ -378,7 +382,7 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
     manifest = write_manifest(
         folder, "shards", FORMAT_VERSION, files=names + tok_files,
         key=key, document_keys=KEYS, config=config, inputs=inputs, tokenizer_hash=tm["tokenizer_hash"], tokenizer_path=str(cfg.tokenizer),
-        mask_config=vars(mcfg), dtypes=columns, counts=counts, shards=shards,
+        mask_config=vars(mcfg), dtypes=columns, counts=counts, shards=shards, **({"id_map": id_map} if id_map else {}),
         run={
             "shards_built": built, "shards_reused": len(chunks) - built, "seconds": round(time.time() - t0, 1),
             "engine": f"dask, {cfg.workers} local workers" if cfg.workers else f"dask at {cfg.scheduler}" if cfg.scheduler else "one process",
@@ -426,10 +430,14 @@ def show(folder: str | os.PathLike, n: int, split: str = "train") -> None:
 
     reader = open_shards(folder, split=split, verify=False)
     tok = foreign.load(tokenizer_dir(Path(folder)), f"{folder}/tokenizer")
+    own = foreign.id_map(tok)
+    own = None if own is None else np.argsort(own)  # the shards' id -> the tokenizer's own, to decode
     rng = np.random.default_rng(0)
     for i in range(min(n, len(reader))):
         item = reader.masked(i, rng)
         ids, labels, tt = item["input_ids"], item["labels"], item["token_type_ids"]
+        if own is not None:
+            ids, labels = own[ids], np.where(labels != IGNORE, own[np.maximum(labels, 0)], IGNORE)
         b = int(np.argmax(tt)) if tt.any() else len(ids)
         nsp = {0: "IsNext", 1: "NotNext (random B)"}.get(item["next_sentence_label"], "no NSP label")
         print(f"[{split} {i}] {nsp}, {len(ids)} tokens, {int((labels != IGNORE).sum())} to predict ({reader.masking} masking)")

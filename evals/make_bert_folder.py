@@ -21,6 +21,12 @@ from corpus_tools import SAMPLE_DATA
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = {"tiny": (2, 128, 2), "mini": (4, 256, 4), "small": (4, 512, 8)}
+# the vocabulary's first ids: BERT's own layout (KLUE-BERT, KcBERT), multilingual BERT's ([unused] first, [UNK] at 100), KoBERT's
+LAYOUTS = {
+    "bert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+    "multilingual": ["[PAD]", *(f"[unused{i}]" for i in range(1, 100)), "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+    "kobert": ["[UNK]", "[PAD]", "[CLS]", "[SEP]", "[MASK]"],
+}
 
 
 def main() -> None:
@@ -30,6 +36,9 @@ def main() -> None:
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--size", default="mini", choices=list(SIZES))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--layout", default="bert", choices=list(LAYOUTS),
+                   help="the special tokens' ids: bert [PAD] [UNK] [CLS] [SEP] [MASK] = 0..4; multilingual [PAD] 0, [unused1..99], "
+                        "[UNK] [CLS] [SEP] [MASK] = 100..103; kobert [UNK] 0, [PAD] 1, [CLS] [SEP] [MASK] = 2..4")
     a = p.parse_args()
 
     def texts():
@@ -39,14 +48,15 @@ def main() -> None:
                     yield json.loads(line)["text"]
 
     layers, hidden, heads = SIZES[a.size]
-    tok = build(texts(), Path(a.out), a.vocab_size, layers, hidden, heads, 4 * hidden, a.seed)
+    tok = build(texts(), Path(a.out), a.vocab_size, layers, hidden, heads, 4 * hidden, a.seed, a.layout)
     print(f"{a.out}: BERT-{a.size} (random init), WordPiece vocabulary {len(tok)}; "
           f"영화가 정말 재밌었어요 -> {tok.tokenize('영화가 정말 재밌었어요')}")
 
 
-def build(texts, out: Path, vocab_size: int, layers: int, hidden: int, heads: int, intermediate: int, seed: int = 0):
-    """Train the WordPiece vocabulary on `texts`, save BertTokenizerFast and a seeded random
-    BertForMaskedLM to `out`; returns the tokenizer. (tests/conftest.py's `bert_dir` uses it too.)"""
+def build(texts, out: Path, vocab_size: int, layers: int, hidden: int, heads: int, intermediate: int, seed: int = 0, layout: str = "bert"):
+    """Train the WordPiece vocabulary on `texts` (its first ids: LAYOUTS[layout]), save BertTokenizerFast
+    and a seeded random BertForMaskedLM to `out`; returns the tokenizer. (tests/conftest.py's `bert_dir`
+    uses it too.)"""
     import torch
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
@@ -54,7 +64,7 @@ def build(texts, out: Path, vocab_size: int, layers: int, hidden: int, heads: in
     backend = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     backend.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False, clean_text=True)
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    specials = LAYOUTS[layout]
     backend.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials))
     backend.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",

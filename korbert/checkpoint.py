@@ -99,9 +99,16 @@ def export(model, tok, folder: Path, manifest_fields: dict, tokenizer_from: Path
 
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    plain = BertForPreTraining(model.config)
+    plain = BertForPreTraining(copy.deepcopy(model.config))
     plain.load_state_dict(model.state_dict())
     plain.config.architectures = ["BertForPreTraining"]
+    if not hasattr(tok, "fingerprint"):  # another model's tokenizer: rows back in its own id order (korbert/foreign.py)
+        from korbert.foreign import id_map, reorder_vocab
+
+        own = id_map(tok, plain.config.vocab_size)
+        if own is not None:
+            reorder_vocab(plain, own)
+            plain.config.pad_token_id = tok.pad_token_id
     plain.save_pretrained(tmp)
     if hasattr(tok, "fingerprint"):  # korbert's tokenizer, with its source and auto_map (AutoTokenizer)
         from korbert.hub import add_auto_files
@@ -119,8 +126,9 @@ def export(model, tok, folder: Path, manifest_fields: dict, tokenizer_from: Path
     files = sorted(p.name for p in tmp.iterdir() if p.is_file())
     from korbert.model import count_parameters
 
-    shape = {"model_config": model.config.to_dict(), "parameters": count_parameters(model)}  # (the card's; a run passes them too)
-    write_manifest(tmp, "model", FORMAT_VERSION, files=files, tokenizer_hash=tokenizer_hash, **{**shape, **manifest_fields})
+    shape = {"parameters": count_parameters(model)}  # (the card's; a run passes them too)
+    fields = {**shape, **manifest_fields, "model_config": plain.config.to_dict()}  # the config as written (its own [PAD] id)
+    write_manifest(tmp, "model", FORMAT_VERSION, files=files, tokenizer_hash=tokenizer_hash, **fields)
     from korbert.card import write_card  # README.md, the model card, from that manifest (not in its file list)
 
     write_card(tmp)

@@ -10,9 +10,15 @@ transformers folder with a fast tokenizer (WordPiece, BPE or Unigram). For the l
 - its identity is the sha256 of its tokenizer files (`korbert.folders.tokenizer_files_sha256`), and
   the export copies those files unchanged, so the result loads exactly as the original did.
 
-Limits, each refused with its reason: a slow (Python-only) tokenizer (offsets and word ids need a
-fast one), and special tokens at other ids than korbert's [PAD] [UNK] [CLS] [SEP] [MASK] = 0..4
-(the shards and the loader fix those ids).
+Shards, the loader and the masking keep [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0..4. A tokenizer
+whose specials sit elsewhere (multilingual BERT: [UNK] [CLS] [SEP] [MASK] = 100..103; KoBERT: [UNK]
+0, [PAD] 1) gets an id map (`id_map`): its five specials move to 0..4, the ids they displace take
+the specials' places, every other id stays. The shards hold the mapped ids; the pretraining moves
+the starting model's vocabulary rows the same way (`reorder_vocab`), and the export moves them
+back, so the exported model takes the tokenizer's own ids.
+
+Refused, with the reason: a slow (Python-only) tokenizer (offsets and word ids need a fast one),
+and one that lacks one of the five specials.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import numpy as np
 from corpus_tools.text import InputError
 
 _EOJEOL = re.compile(r"\S+")  # a whitespace-separated word of the text
-SPECIAL_IDS = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}  # corpus_tools.shard_format's PAD .. MASK
+SPECIALS = ("pad", "unk", "cls", "sep", "mask")  # at korbert's ids 0..4, in this order (corpus_tools.shard_format's PAD .. MASK)
 
 
 def is_korbert(folder: str | Path) -> bool:
@@ -49,13 +55,46 @@ def load(folder: str | Path, where: str):
             f"{where}: {type(tok).__name__} is a slow (Python-only) tokenizer; korbert needs a fast one, whose offsets and "
             "word ids place sentences and whole words (save the folder with its tokenizer.json)"
         )
-    ids = {name: getattr(tok, f"{name}_token_id", None) for name in SPECIAL_IDS}
-    if ids != SPECIAL_IDS:
+    ids = special_ids(tok)
+    if None in ids.values() or len(set(ids.values())) < len(SPECIALS):
         raise InputError(
-            f"{where}: its special tokens have ids {ids}; korbert's shards keep [PAD] [UNK] [CLS] [SEP] [MASK] at ids "
-            "0..4, so this tokenizer is not supported yet"
+            f"{where}: its special tokens have ids {ids}; korbert needs five distinct ones ([PAD] [UNK] [CLS] [SEP] "
+            "[MASK]: BERT's), so this tokenizer (RoBERTa-style or incomplete) is not supported"
         )
     return tok
+
+
+def special_ids(tok) -> dict[str, int | None]:
+    """The tokenizer's own ids of [PAD] [UNK] [CLS] [SEP] [MASK]."""
+    return {name: getattr(tok, f"{name}_token_id", None) for name in SPECIALS}
+
+
+def id_map(tok, size: int = 0):
+    """int64 [max(len(tok), size)]: the tokenizer's own id -> korbert's (specials at 0..4, see the
+    module doc); None when its specials are at 0..4 already (korbert's tokenizer, KLUE-BERT, KcBERT)."""
+    own = [special_ids(tok)[name] for name in SPECIALS]
+    if own == list(range(len(SPECIALS))):
+        return None
+    perm = np.arange(max(len(tok), size), dtype=np.int64)
+    displaced = [i for i in range(len(SPECIALS)) if i not in own]  # normal ids sitting at 0..4
+    perm[own] = np.arange(len(SPECIALS))
+    perm[displaced] = sorted(f for f in own if f >= len(SPECIALS))  # take the places the specials left
+    return perm
+
+
+def reorder_vocab(model, index) -> None:
+    """In place: row i of the word embeddings and of the MLM decoder's weight and bias becomes row
+    index[i] (a BertForPreTraining or BertForMaskedLM; tied weights are moved once)."""
+    import torch
+
+    index = torch.as_tensor(index, dtype=torch.long)
+    seen = set()
+    with torch.no_grad():
+        head = model.cls.predictions
+        for p in (model.get_input_embeddings().weight, head.decoder.weight, head.bias, head.decoder.bias):
+            if p is not None and p.data_ptr() not in seen:
+                seen.add(p.data_ptr())
+                p.copy_(p[index.to(p.device)])
 
 
 def fingerprint(tok, folder: str | Path) -> str:
@@ -77,6 +116,7 @@ class DocumentEncoder:
 
     def __init__(self, tok):
         self.tok = tok
+        self.id_map = id_map(tok)
 
     def encode_documents_async(self, texts: list[str]):
         from corpus_tools.morph import analyse_ahead, get_kiwi
@@ -98,7 +138,7 @@ class DocumentEncoder:
                 offsets = np.asarray(enc["offset_mapping"][i], dtype=np.int32).reshape(-1, 2)
                 first = offsets[:, 0]
                 out.append({
-                    "ids": np.asarray(enc["input_ids"][i], dtype=np.int32),
+                    "ids": self._ids(enc["input_ids"][i]),
                     "sentence": np.maximum(np.searchsorted(sentence_starts, first, side="right") - 1, 0).astype(np.int32),
                     "morpheme": np.asarray([-1 if w is None else w for w in enc.word_ids(i)], dtype=np.int32),
                     "eojeol": np.maximum(np.searchsorted(eojeol_starts, first, side="right") - 1, 0).astype(np.int32),
@@ -107,6 +147,10 @@ class DocumentEncoder:
             return out
 
         return finish
+
+    def _ids(self, own: list[int]) -> np.ndarray:
+        ids = np.asarray(own, dtype=np.int64)
+        return (ids if self.id_map is None else self.id_map[ids]).astype(np.int32)
 
     def encode_documents(self, texts: list[str]) -> list[dict]:
         return self.encode_documents_async(texts)()

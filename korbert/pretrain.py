@@ -165,6 +165,7 @@ class Trainer:
         self.shards_manifest = sm
         self.tok_dir = tokenizer_dir(Path(cfg.shards))
         self.tok = tok = foreign.load(self.tok_dir, f"--shards {cfg.shards}")  # KorBertTokenizer, or a continued model's own
+        self.id_map = foreign.id_map(tok)  # the tokenizer's own ids -> the shards' (None: the same)
         fingerprint = foreign.fingerprint(tok, self.tok_dir)
         if fingerprint != sm["tokenizer_hash"]:
             raise InputError(f"--shards {cfg.shards}: its tokenizer copy has hash {fingerprint[:12]}, the manifest says {sm['tokenizer_hash'][:12]}")
@@ -306,6 +307,8 @@ class Trainer:
 
         if state is None and self.init is not None:
             mcfg = self.init["config"]
+            if self.id_map is not None:  # [PAD] is id 0 in the shards (the export puts the tokenizer's own back)
+                mcfg.pad_token_id = 0
             if mcfg.max_position_embeddings < max_seq_len:
                 raise InputError(f"--init-from {self.cfg.init_from}: {mcfg.max_position_embeddings} positions, shorter than the shards' {max_seq_len} tokens")
         elif state is None:
@@ -332,6 +335,10 @@ class Trainer:
         model = KorBertForPreTraining(self.mcfg)
         if state is None and self.init is not None:  # every weight the folder has; its missing heads start fresh (seeded)
             self.init["fresh"] = load_init_weights(model, self.init["folder"])
+            if self.id_map is not None:  # its vocabulary rows in the shards' order (the export moves them back)
+                from korbert.foreign import id_map, reorder_vocab
+
+                reorder_vocab(model, id_map(self.tok, self.mcfg.vocab_size).argsort())
         if not self.nsp:  # MLM only: the pooler and the NSP head get no gradient and stay as initialized
             for n, p in model.named_parameters():
                 if n.startswith(UNTRAINED_WITHOUT_NSP):

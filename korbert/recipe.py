@@ -130,9 +130,9 @@ class RecipeConfig:
         "tokenizer) fine-tuned with the same settings and seed, each a row of the results table",
     )
     init_from: str = C.field(
-        "", "continue pretraining this model folder (a korbert final/, or a BERT folder with a fast tokenizer whose specials "
-        "are ids 0..4) on --corpus instead of starting from scratch: its tokenizer is used (no vocabulary stage), its shape "
-        "too, and the comparison row is that model fine-tuned the same way",
+        "", "continue pretraining this model folder (a korbert final/, or a BERT folder with a fast tokenizer and BERT's "
+        "[PAD] [UNK] [CLS] [SEP] [MASK]) on --corpus instead of starting from scratch: its tokenizer is used (no vocabulary "
+        "stage), its shape too, and the comparison row is that model fine-tuned the same way",
     )
     control: str = C.field(
         "", "the comparison row: random (the same architecture, randomly initialized; the default) or start (the --init-from "

@@ -114,19 +114,132 @@ def test_pretrain_continues_the_released_model_and_exports_its_tokenizer_unchang
     assert not torch.equal(moved, start["bert.embeddings.word_embeddings.weight"])
 
 
-def test_a_tokenizer_with_other_special_ids_is_refused(tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import BertTokenizerFast
+def _bert_folder(tmp_path_factory, corpus_file, layout: str) -> Path:
+    from evals.make_bert_folder import build
 
+    out = tmp_path_factory.mktemp(f"bert-{layout}")
+    texts = [json.loads(line)["text"] for line in corpus_file.read_text(encoding="utf-8").splitlines()]
+    build(texts, out, vocab_size=2000, layers=2, hidden=32, heads=2, intermediate=64, seed=0, layout=layout)
+    return out
+
+
+def _shards(tmp_path_factory, folder: Path, corpus_file) -> Path:
+    from corpus_tools.shards import ShardsConfig, main
+
+    out = tmp_path_factory.mktemp("moved-shards")
+    main(ShardsConfig(tokenizer=str(folder), inputs=[str(corpus_file)], out=str(out), valid_fraction=0.05, show=1, seed=1))
+    return out
+
+
+@pytest.fixture(scope="module")
+def moved_dir(tmp_path_factory, corpus_file) -> Path:
+    """A BERT folder in multilingual BERT's layout: [PAD] 0, [unused1..99], [UNK] [CLS] [SEP] [MASK] = 100..103."""
+    return _bert_folder(tmp_path_factory, corpus_file, "multilingual")
+
+
+@pytest.fixture(scope="module")
+def moved_shards(tmp_path_factory, moved_dir, corpus_file) -> Path:
+    return _shards(tmp_path_factory, moved_dir, corpus_file)
+
+
+@pytest.fixture(scope="module")
+def kobert_pair(tmp_path_factory, corpus_file) -> tuple[Path, Path]:
+    """A BERT folder in KoBERT's layout ([UNK] 0, [PAD] 1) and its shards."""
+    folder = _bert_folder(tmp_path_factory, corpus_file, "kobert")
+    return folder, _shards(tmp_path_factory, folder, corpus_file)
+
+
+def test_specials_elsewhere_get_an_id_map_and_incomplete_specials_are_refused(moved_dir, bert_dir, tmp_path, corpus_file):
+    from transformers import AutoTokenizer
+
+    from evals.make_bert_folder import build
     from korbert import foreign
 
-    backend = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    backend.train_from_iterator(sample_texts(300), trainers.WordPieceTrainer(vocab_size=500, special_tokens=["[UNK]", "[PAD]", "[CLS]", "[SEP]", "[MASK]"]))
-    BertTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
-                      mask_token="[MASK]").save_pretrained(tmp_path)
-    with pytest.raises(InputError, match=r"special tokens have ids \{'pad': 1, 'unk': 0.*0\.\.4"):
-        foreign.load(tmp_path, "--tokenizer x")
+    m = foreign.id_map(foreign.load(moved_dir, "x"))
+    assert sorted(m.tolist()) == list(range(len(m)))  # a permutation
+    assert m[[0, 100, 101, 102, 103]].tolist() == [0, 1, 2, 3, 4] and m[[1, 2, 3, 4]].tolist() == [100, 101, 102, 103]
+    assert (m[104:] == np.arange(104, len(m))).all() and (m[5:100] == np.arange(5, 100)).all()
+    texts = [json.loads(line)["text"] for line in corpus_file.read_text(encoding="utf-8").splitlines()][:300]
+    build(texts, tmp_path / "kobert", vocab_size=500, layers=1, hidden=16, heads=1, intermediate=32, layout="kobert")
+    m = foreign.id_map(foreign.load(tmp_path / "kobert", "x"))  # [UNK] 0, [PAD] 1: swapped
+    assert m[:5].tolist() == [1, 0, 2, 3, 4] and (m[5:] == np.arange(5, len(m))).all()
+    assert foreign.id_map(foreign.load(bert_dir, "x")) is None
+    tok = AutoTokenizer.from_pretrained(bert_dir)
+    tok.pad_token = None
+    tok.save_pretrained(tmp_path / "nopad")
+    with pytest.raises(InputError, match=r"special tokens have ids \{'pad': None, 'unk': 1.*five distinct"):
+        foreign.load(tmp_path / "nopad", "--tokenizer x")
+
+
+def test_shards_from_a_tokenizer_with_specials_elsewhere_hold_mapped_ids(moved_shards, moved_dir, corpus_file, capsys):
+    from corpus_tools.shard_format import CLS, MASK, SEP, open_shards
+    from corpus_tools.shards import show
+    from korbert import foreign
+
+    tok = foreign.load(moved_dir, "x")
+    own = foreign.id_map(tok).argsort()  # the shards' id -> the tokenizer's
+    m = json.loads((moved_shards / "manifest.json").read_text())
+    assert m["id_map"]["own_special_ids"] == {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
+    assert m["mask_config"]["mask_id"] == MASK and m["mask_config"]["random_low"] == 104  # past [PAD], specials and [unused]
+    docs = {",".join(map(str, ids)) for ids in tok([json.loads(x)["text"] for x in corpus_file.read_text().splitlines()],
+                                                   add_special_tokens=False)["input_ids"]}
+    haystack = "|," + ",|,".join(docs) + ",|"
+    reader = open_shards(moved_shards, split="train")
+    masked = 0
+    for i in range(0, len(reader), max(1, len(reader) // 50)):
+        item = reader[i]
+        ids = item["input_ids"]
+        b = int(np.argmax(item["token_type_ids"]))
+        assert ids[0] == CLS and ids[b - 1] == SEP and ids[-1] == SEP
+        a_own = own[ids[1 : b - 1]].tolist()  # back in the tokenizer's ids: a slice of one document's own tokens
+        assert "," + ",".join(map(str, a_own)) + "," in haystack
+        item = reader.masked(i, np.random.default_rng(i))
+        masked += int((item["input_ids"] == MASK).sum())
+        assert not np.isin(item["input_ids"], [100, 101, 102, 103]).any()  # no [unused1..4] drawn as random replacements
+    assert masked > 0
+    show(moved_shards, 1)
+    out = capsys.readouterr().out
+    assert "[CLS]" in out and "[SEP]" in out and "[unused" not in out  # decoded through the map
+
+
+@pytest.mark.parametrize("layout", ["multilingual", "kobert"])
+def test_pretraining_moves_the_vocabulary_rows_and_the_export_moves_them_back(layout, request, tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from korbert import foreign
+    from korbert.checkpoint import export
+    from korbert.pretrain import PretrainConfig, Trainer
+
+    moved_dir, moved_shards = (request.getfixturevalue("moved_dir"), request.getfixturevalue("moved_shards")) if layout == "multilingual" \
+        else request.getfixturevalue("kobert_pair")
+    c = PretrainConfig(shards=str(moved_shards), out=str(tmp_path / "run"), init_from=str(moved_dir), max_steps=2, batch_size=8, lr=2e-3,
+                       log_every=1, eval_every=0, eval_instances=32, num_workers=0, seed=3, precision="fp32")
+    start = load_file(moved_dir / "model.safetensors")
+    trainer = Trainer(c)
+    perm = foreign.id_map(trainer.tok)
+    emb = "bert.embeddings.word_embeddings.weight"
+    ours = trainer.model.state_dict()
+    assert torch.equal(ours[emb][perm], start[emb]) and torch.equal(ours["cls.predictions.bias"][perm], start["cls.predictions.bias"])
+    assert trainer.model.config.pad_token_id == 0
+    export(trainer.model, trainer.tok, tmp_path / "untrained", {}, trainer.tok_dir)  # before any step: the folder's own weights
+    back = load_file(tmp_path / "untrained" / "model.safetensors")
+    assert all(torch.equal(back[k], v) for k, v in start.items() if k in back)
+    trainer.train()
+    trainer.export()
+    trainer.dist.close()
+    final = tmp_path / "run" / "final"
+    tok = AutoTokenizer.from_pretrained(final)
+    assert json.loads((final / "config.json").read_text())["pad_token_id"] == tok.pad_token_id == {"multilingual": 0, "kobert": 1}[layout]
+    assert json.loads((final / "manifest.json").read_text())["model_config"]["pad_token_id"] == tok.pad_token_id
+    exported = AutoModelForMaskedLM.from_pretrained(final).eval()
+    internal = trainer.model.eval()
+    enc = tok("영화가 정말 [MASK] 재미있었다", return_tensors="pt")
+    with torch.no_grad():
+        theirs = exported(**enc).logits[0]  # the tokenizer's own ids in and out
+        mine = internal(input_ids=torch.as_tensor(perm)[enc["input_ids"]], attention_mask=enc["attention_mask"],
+                        token_type_ids=enc["token_type_ids"]).prediction_logits[0]
+    assert torch.allclose(theirs, mine[:, perm], atol=1e-4)
 
 
 def test_pretraining_on_foreign_shards_needs_no_kiwi(foreign_shards, bert_dir, tmp_path):
