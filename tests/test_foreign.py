@@ -171,6 +171,16 @@ def test_specials_elsewhere_get_an_id_map_and_incomplete_specials_are_refused(mo
         foreign.load(tmp_path / "nopad", "--tokenizer x")
 
 
+def test_a_slow_tokenizer_is_refused_with_the_reason(tmp_path):
+    from transformers import ByT5Tokenizer  # a Python-only tokenizer that needs no vocabulary file
+
+    from corpus_tools.shards import ShardsConfig, main
+
+    ByT5Tokenizer().save_pretrained(tmp_path / "slow")
+    with pytest.raises(InputError, match=r"--tokenizer .*slow: ByT5Tokenizer is a slow \(Python-only\) tokenizer; korbert needs a fast one"):
+        main(ShardsConfig(tokenizer=str(tmp_path / "slow"), out=str(tmp_path / "shards")))
+
+
 def test_shards_from_a_tokenizer_with_specials_elsewhere_hold_mapped_ids(moved_shards, moved_dir, corpus_file, capsys):
     from corpus_tools.shard_format import CLS, MASK, SEP, open_shards
     from corpus_tools.shards import show
