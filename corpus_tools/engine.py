@@ -28,11 +28,13 @@ def run_dask(task: Callable, job, todo: Iterator[tuple[Piece, bytes | None]], cf
         from distributed import Client, KilledWorker, LocalCluster, as_completed
     except ImportError:
         raise InputError("--workers/--scheduler need Dask's distributed package: pip install 'distributed>=2024.8'") from None
+    import os
     import uuid
 
     import dask
 
     cluster = None
+    environ_before = dict(os.environ)  # a Nanny sets its workers' variables (OMP_NUM_THREADS=1, ...) in this process too
     if cfg.workers:
         # The workers started here run without two Dask defaults that cost this CPU-bound work: the
         # nanny's MALLOC_TRIM_THRESHOLD_=65536 (memory handed back to the OS and faulted in again: twice
@@ -90,3 +92,17 @@ def run_dask(task: Callable, job, todo: Iterator[tuple[Piece, bytes | None]], cf
         client.close()
         if cluster is not None:
             cluster.close()
+        _restore_environ(environ_before)
+
+
+def _restore_environ(before: dict) -> None:
+    """os.environ as it was: distributed's Nanny applies `pre-spawn-environ` to its own process before
+    spawning a worker and leaves it there, so OMP_NUM_THREADS=1 would put the torch of a later stage
+    in this process (`korbert run`'s pretraining and fine-tuning) on one thread."""
+    import os
+
+    for k in set(os.environ) - set(before):
+        del os.environ[k]
+    for k, v in before.items():
+        if os.environ.get(k) != v:
+            os.environ[k] = v

@@ -108,6 +108,8 @@ def test_pretrain_continues_the_released_model_and_exports_its_tokenizer_unchang
         if (bert_dir / name).is_file():
             assert (final / name).read_bytes() == (bert_dir / name).read_bytes()
     assert not (final / "tokenization_korbert.py").exists()
+    card = (final / "README.md").read_text()
+    assert f"with the {type(trainer.tok).__name__} tokenizer of the model it continues" in card and "Kiwi morphemes" not in card
     tok, ref = AutoTokenizer.from_pretrained(final), AutoTokenizer.from_pretrained(bert_dir)
     assert tok("영화가 정말 재미있었다")["input_ids"] == ref("영화가 정말 재미있었다")["input_ids"]
     moved = AutoModelForMaskedLM.from_pretrained(final).state_dict()["bert.embeddings.word_embeddings.weight"]
@@ -131,44 +133,57 @@ def _shards(tmp_path_factory, folder: Path, corpus_file) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def moved_dir(tmp_path_factory, corpus_file) -> Path:
-    """A BERT folder in multilingual BERT's layout: [PAD] 0, [unused1..99], [UNK] [CLS] [SEP] [MASK] = 100..103."""
-    return _bert_folder(tmp_path_factory, corpus_file, "multilingual")
+# layouts of released tokenizers whose specials are not at 0..4 (evals.make_bert_folder --layout); "rotated"'s map is a
+# 5-cycle, not its own inverse, so a map applied the wrong way round fails
+MOVED = {
+    "multilingual": {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103},
+    "kobert": {"pad": 1, "unk": 0, "cls": 2, "sep": 3, "mask": 4},
+    "rotated": {"pad": 1, "unk": 2, "cls": 3, "sep": 4, "mask": 0},
+}
 
 
-@pytest.fixture(scope="module")
-def moved_shards(tmp_path_factory, moved_dir, corpus_file) -> Path:
-    return _shards(tmp_path_factory, moved_dir, corpus_file)
+@pytest.fixture(scope="module", params=list(MOVED))
+def moved(request, tmp_path_factory, corpus_file) -> tuple[str, Path, Path]:
+    """(layout, a BERT folder with its specials there, its shards)."""
+    folder = _bert_folder(tmp_path_factory, corpus_file, request.param)
+    return request.param, folder, _shards(tmp_path_factory, folder, corpus_file)
 
 
-@pytest.fixture(scope="module")
-def kobert_pair(tmp_path_factory, corpus_file) -> tuple[Path, Path]:
-    """A BERT folder in KoBERT's layout ([UNK] 0, [PAD] 1) and its shards."""
-    folder = _bert_folder(tmp_path_factory, corpus_file, "kobert")
-    return folder, _shards(tmp_path_factory, folder, corpus_file)
-
-
-def test_specials_elsewhere_get_an_id_map_and_incomplete_specials_are_refused(moved_dir, bert_dir, tmp_path, corpus_file):
+def test_specials_elsewhere_get_an_id_map_and_incomplete_specials_are_refused(bert_dir, tmp_path, corpus_file):
     from transformers import AutoTokenizer
 
     from evals.make_bert_folder import build
     from korbert import foreign
 
-    m = foreign.id_map(foreign.load(moved_dir, "x"))
-    assert sorted(m.tolist()) == list(range(len(m)))  # a permutation
+    texts = [json.loads(line)["text"] for line in corpus_file.read_text(encoding="utf-8").splitlines()][:300]
+    maps = {}
+    for layout in MOVED:
+        build(texts, tmp_path / layout, vocab_size=500, layers=1, hidden=16, heads=1, intermediate=32, layout=layout)
+        tok = foreign.load(tmp_path / layout, "x")
+        assert foreign.special_ids(tok) == MOVED[layout]
+        maps[layout] = m = foreign.id_map(tok)
+        assert sorted(m.tolist()) == list(range(len(m)))  # a permutation
+    m = maps["multilingual"]  # the specials to 0..4, the [unused1..4] they displace to 100..103, the rest unchanged
     assert m[[0, 100, 101, 102, 103]].tolist() == [0, 1, 2, 3, 4] and m[[1, 2, 3, 4]].tolist() == [100, 101, 102, 103]
     assert (m[104:] == np.arange(104, len(m))).all() and (m[5:100] == np.arange(5, 100)).all()
-    texts = [json.loads(line)["text"] for line in corpus_file.read_text(encoding="utf-8").splitlines()][:300]
-    build(texts, tmp_path / "kobert", vocab_size=500, layers=1, hidden=16, heads=1, intermediate=32, layout="kobert")
-    m = foreign.id_map(foreign.load(tmp_path / "kobert", "x"))  # [UNK] 0, [PAD] 1: swapped
-    assert m[:5].tolist() == [1, 0, 2, 3, 4] and (m[5:] == np.arange(5, len(m))).all()
+    assert maps["kobert"][:5].tolist() == [1, 0, 2, 3, 4] and (maps["kobert"][5:] == np.arange(5, len(maps["kobert"]))).all()
+    assert maps["rotated"][:5].tolist() == [4, 0, 1, 2, 3]  # [MASK] 0 -> 4, [PAD] 1 -> 0, ...
     assert foreign.id_map(foreign.load(bert_dir, "x")) is None
     tok = AutoTokenizer.from_pretrained(bert_dir)
     tok.pad_token = None
     tok.save_pretrained(tmp_path / "nopad")
     with pytest.raises(InputError, match=r"special tokens have ids \{'pad': None, 'unk': 1.*five distinct"):
         foreign.load(tmp_path / "nopad", "--tokenizer x")
+    from tokenizers import Tokenizer, processors
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer.from_file(str(bert_dir / "tokenizer.json"))  # RoBERTa's pair frame on BERT's specials
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+                            mask_token="[MASK]").save_pretrained(tmp_path / "roberta-frame")
+    with pytest.raises(InputError, match=r"frames a pair as .*not BERT's \[CLS\] A \[SEP\] B \[SEP\]"):
+        foreign.load(tmp_path / "roberta-frame", "--tokenizer x")
 
 
 def test_a_slow_tokenizer_is_refused_with_the_reason(tmp_path):
@@ -181,20 +196,23 @@ def test_a_slow_tokenizer_is_refused_with_the_reason(tmp_path):
         main(ShardsConfig(tokenizer=str(tmp_path / "slow"), out=str(tmp_path / "shards")))
 
 
-def test_shards_from_a_tokenizer_with_specials_elsewhere_hold_mapped_ids(moved_shards, moved_dir, corpus_file, capsys):
+def test_shards_from_a_tokenizer_with_specials_elsewhere_hold_mapped_ids(moved, corpus_file, capsys):
     from corpus_tools.shard_format import CLS, MASK, SEP, open_shards
     from corpus_tools.shards import show
     from korbert import foreign
 
-    tok = foreign.load(moved_dir, "x")
-    own = foreign.id_map(tok).argsort()  # the shards' id -> the tokenizer's
-    m = json.loads((moved_shards / "manifest.json").read_text())
-    assert m["id_map"]["own_special_ids"] == {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
-    assert m["mask_config"]["mask_id"] == MASK and m["mask_config"]["random_low"] == 104  # past [PAD], specials and [unused]
+    layout, folder, shards = moved
+    tok = foreign.load(folder, "x")
+    perm = foreign.id_map(tok)
+    own = perm.argsort()  # the shards' id -> the tokenizer's
+    m = json.loads((shards / "manifest.json").read_text())
+    assert m["id_map"]["own_special_ids"] == MOVED[layout]
+    assert m["mask_config"]["mask_id"] == MASK and m["mask_config"]["random_low"] == (104 if layout == "multilingual" else 5)
+    unused = perm[[i for i, t in enumerate(tok.convert_ids_to_tokens(list(range(len(tok))))) if t.startswith("[unused")]]
     docs = {",".join(map(str, ids)) for ids in tok([json.loads(x)["text"] for x in corpus_file.read_text().splitlines()],
                                                    add_special_tokens=False)["input_ids"]}
     haystack = "|," + ",|,".join(docs) + ",|"
-    reader = open_shards(moved_shards, split="train")
+    reader = open_shards(shards, split="train")
     masked = 0
     for i in range(0, len(reader), max(1, len(reader) // 50)):
         item = reader[i]
@@ -205,15 +223,14 @@ def test_shards_from_a_tokenizer_with_specials_elsewhere_hold_mapped_ids(moved_s
         assert "," + ",".join(map(str, a_own)) + "," in haystack
         item = reader.masked(i, np.random.default_rng(i))
         masked += int((item["input_ids"] == MASK).sum())
-        assert not np.isin(item["input_ids"], [100, 101, 102, 103]).any()  # no [unused1..4] drawn as random replacements
+        assert not np.isin(item["input_ids"], unused).any()  # random replacements are normal pieces
     assert masked > 0
-    show(moved_shards, 1)
+    show(shards, 1)
     out = capsys.readouterr().out
     assert "[CLS]" in out and "[SEP]" in out and "[unused" not in out  # decoded through the map
 
 
-@pytest.mark.parametrize("layout", ["multilingual", "kobert"])
-def test_pretraining_moves_the_vocabulary_rows_and_the_export_moves_them_back(layout, request, tmp_path):
+def test_pretraining_moves_the_vocabulary_rows_and_the_export_moves_them_back(moved, tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
@@ -221,8 +238,7 @@ def test_pretraining_moves_the_vocabulary_rows_and_the_export_moves_them_back(la
     from korbert.checkpoint import export
     from korbert.pretrain import PretrainConfig, Trainer
 
-    moved_dir, moved_shards = (request.getfixturevalue("moved_dir"), request.getfixturevalue("moved_shards")) if layout == "multilingual" \
-        else request.getfixturevalue("kobert_pair")
+    layout, moved_dir, moved_shards = moved
     c = PretrainConfig(shards=str(moved_shards), out=str(tmp_path / "run"), init_from=str(moved_dir), max_steps=2, batch_size=8, lr=2e-3,
                        log_every=1, eval_every=0, eval_instances=32, num_workers=0, seed=3, precision="fp32")
     start = load_file(moved_dir / "model.safetensors")
@@ -234,13 +250,13 @@ def test_pretraining_moves_the_vocabulary_rows_and_the_export_moves_them_back(la
     assert trainer.model.config.pad_token_id == 0
     export(trainer.model, trainer.tok, tmp_path / "untrained", {}, trainer.tok_dir)  # before any step: the folder's own weights
     back = load_file(tmp_path / "untrained" / "model.safetensors")
-    assert all(torch.equal(back[k], v) for k, v in start.items() if k in back)
+    assert {emb, "cls.predictions.bias"} <= set(back) and all(torch.equal(back[k], v) for k, v in start.items() if k in back)
     trainer.train()
     trainer.export()
     trainer.dist.close()
     final = tmp_path / "run" / "final"
     tok = AutoTokenizer.from_pretrained(final)
-    assert json.loads((final / "config.json").read_text())["pad_token_id"] == tok.pad_token_id == {"multilingual": 0, "kobert": 1}[layout]
+    assert json.loads((final / "config.json").read_text())["pad_token_id"] == tok.pad_token_id == MOVED[layout]["pad"]
     assert json.loads((final / "manifest.json").read_text())["model_config"]["pad_token_id"] == tok.pad_token_id
     exported = AutoModelForMaskedLM.from_pretrained(final).eval()
     internal = trainer.model.eval()

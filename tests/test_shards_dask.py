@@ -58,8 +58,10 @@ def test_one_process_and_1_2_3_workers_write_the_same_bytes(vocab_dir, inputs, s
     pieces = {name.split(".")[0].split("-", 1)[1] for name in files(ref_dir)}
     assert {p[:4] for p in pieces} == {"0000", "0001", "0002"} and sum(p.startswith("0001") for p in pieces) >= 3
     assert ref["run"]["engine"] == "one process" and ref["counts"]["pieces"] >= 6
+    environ = dict(os.environ)
     for n in (1, 2, 3):
         m = build(vocab_dir, inputs, tmp_path / f"w{n}", workers=n)
+        assert dict(os.environ) == environ  # no OMP_NUM_THREADS=1 left by the workers' nannies for this process's later torch
         assert m["run"]["engine"] == f"dask, {n} local workers"
         assert files(tmp_path / f"w{n}") == files(ref_dir), n
         assert m["counts"] == ref["counts"] and m["shards"] == ref["shards"] and m["key"] == ref["key"]
