@@ -26,6 +26,7 @@ LAYOUTS = {
     "bert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
     "multilingual": ["[PAD]", *(f"[unused{i}]" for i in range(1, 100)), "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
     "kobert": ["[UNK]", "[PAD]", "[CLS]", "[SEP]", "[MASK]"],
+    "rotated": ["[MASK]", "[PAD]", "[UNK]", "[CLS]", "[SEP]"],  # (a test layout whose id map is a 5-cycle, not its own inverse)
 }
 
 
@@ -38,7 +39,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--layout", default="bert", choices=list(LAYOUTS),
                    help="the special tokens' ids: bert [PAD] [UNK] [CLS] [SEP] [MASK] = 0..4; multilingual [PAD] 0, [unused1..99], "
-                        "[UNK] [CLS] [SEP] [MASK] = 100..103; kobert [UNK] 0, [PAD] 1, [CLS] [SEP] [MASK] = 2..4")
+                        "[UNK] [CLS] [SEP] [MASK] = 100..103; kobert [UNK] 0, [PAD] 1, [CLS] [SEP] [MASK] = 2..4; rotated [MASK] 0, [PAD] [UNK] [CLS] [SEP] = 1..4")
     a = p.parse_args()
 
     def texts():

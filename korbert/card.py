@@ -58,13 +58,16 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
     name = f"korbert BERT ({mc['num_hidden_layers']} layers, hidden {mc['hidden_size']})"
     ours = next((r for r in table or [] if r.get("origin") == "pretrained here"), None)
     objective = "masked LM + next-sentence prediction" if m.get("objective", "mlm+nsp") == "mlm+nsp" else "masked LM (no NSP)"
+    ours_tok = m.get("tokenizer_class", "KorBertTokenizer") == "KorBertTokenizer"
+    whose = "the model it continues" if m.get("init_from") else "another model"
+    vocabulary = "a vocabulary of Kiwi morphemes" if ours_tok else f"the {m['tokenizer_class']} tokenizer of {whose}"
     lines = [
         _front_matter(m, license, ours, name, datasets or {}),
         f"# {name}",
         "",
         f"A Korean BERT ({m['parameters'] / 1e6:.1f}M parameters; {mc['num_hidden_layers']} layers, hidden {mc['hidden_size']}, "
-        f"{mc['num_attention_heads']} heads, vocabulary {mc['vocab_size']:,}) pretrained with korbert on {objective}, with a "
-        "vocabulary of Kiwi morphemes.",
+        f"{mc['num_attention_heads']} heads, vocabulary {mc['vocab_size']:,}) pretrained with korbert on {objective}, with "
+        f"{vocabulary}.",
     ]
     init = m.get("init_from")
     if init:
@@ -98,7 +101,6 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
         )
     if m.get("untrained"):
         lines += ["", f"Left as initialized (MLM only): {', '.join(f'`{u}`' for u in m['untrained'])}."]
-    ours_tok = m.get("tokenizer_class", "KorBertTokenizer") == "KorBertTokenizer"
     remote = ", trust_remote_code=True" if ours_tok else ""
     lines += ["", "## Tokenizer", ""]
     if ours_tok:

@@ -59,7 +59,13 @@ def load(folder: str | Path, where: str):
     if None in ids.values() or len(set(ids.values())) < len(SPECIALS):
         raise InputError(
             f"{where}: its special tokens have ids {ids}; korbert needs five distinct ones ([PAD] [UNK] [CLS] [SEP] "
-            "[MASK]: BERT's), so this tokenizer (RoBERTa-style or incomplete) is not supported"
+            "[MASK]: BERT's), so this tokenizer (incomplete) is not supported"
+        )
+    pair = tok("가", "나")["input_ids"]  # BERT's frame, which the shards write: [CLS] A [SEP] B [SEP]
+    if pair[0] != ids["cls"] or pair[-1] != ids["sep"] or pair.count(ids["sep"]) != 2 or pair[pair.index(ids["sep"]) + 1] == ids["sep"]:
+        raise InputError(
+            f"{where}: it frames a pair as {tok.convert_ids_to_tokens(pair)}, not BERT's [CLS] A [SEP] B [SEP] (RoBERTa-style); "
+            "korbert continues BERT models only"
         )
     return tok
 

@@ -658,7 +658,8 @@ class Trainer:
             "run_key": self.key, "budget": run_budget(cfg),
             "step": self.step_no, "tokens": self.tokens, "seconds": round(self.seconds, 1), "parameters": self.n_params,
             "eval": self.last_eval, "model_size": cfg.model_size, "config": self.run_cfg, "shards_key": sm["key"],
-            "shards_path": str(cfg.shards), "model_config": self.mcfg.to_dict(), "objective": cfg.objective,
+            "shards_path": str(cfg.shards), "objective": cfg.objective,
+            "model_config": {**self.mcfg.to_dict(), **({"pad_token_id": self.tok.pad_token_id} if self.id_map is not None else {})},
             # the longest sequence pretraining trained (positions past it are as initialized): fine-tuning checks it
             "trained_seq_len": self.long_len if self.long_from is not None else self.max_len,
             **({"long_shards_key": self.long_manifest["key"], "long_from_step": self.long_from} if self.long_manifest else {}),
