@@ -34,11 +34,29 @@ P="python3 -m korbert.cli pretrain --shards $S --model-size small --tokens-per-b
 echo "== 1+2: compiled bf16 run, killed after its first checkpoint, resumed"
 $P --out "$W/run" > "$O/pretrain-killed.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do [ -f "$W/run/ckpt.pt" ] && break; sleep 0.5; done
-sleep 3; kill -9 $pid; wait $pid 2>/dev/null
+# killed once its log.jsonl holds step 75, past its first checkpoint (step 50); the resumed run must log the same losses
+for _ in $(seq 1 900); do grep -q '"step": 75,' "$W/run/log.jsonl" 2>/dev/null && break; sleep 0.2; done
+kill -9 $pid; wait $pid 2>/dev/null
+cp "$W/run/log.jsonl" "$O/pretrain-log-killed.jsonl" 2>/dev/null  # (the resume truncates the log to its checkpoint)
 echo "killed: $(tail -c 300 "$O/pretrain-killed.log" | tr '\r' '\n' | tail -1)"
 t=$SECONDS; $P --out "$W/run" > "$O/pretrain-resumed.log" 2>&1
 echo "resumed run rc=$? in $((SECONDS - t)) s"; tail -4 "$O/pretrain-resumed.log"
+python3 - "$O/pretrain-log-killed.jsonl" "$W/run/log.jsonl" <<'PY'
+import json, sys
+def steps(path):  # (a line cut by the kill is skipped)
+    out = {}
+    for line in open(path):
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        out[d["step"]] = d
+    return out
+a, b = map(steps, sys.argv[1:])
+both = sorted(s for s in a.keys() & b.keys() if s > 50)  # logged by the killed run after its checkpoint, and again after the resume
+same = both and all(a[s]["loss"] == b[s]["loss"] for s in both)
+print(("resume exact" if same else "FAILED: resume"), {s: (a[s]["loss"], b[s]["loss"]) for s in both})
+PY
 cp "$W/run/log.jsonl" "$O/pretrain-log.jsonl"; pack
 
 echo "== 3: the export in plain transformers"

@@ -19,7 +19,8 @@ DEV=${DEV:-cuda} FT_ARGS=${FT_ARGS:-}  # a smoke test on a CPU: DEV=cpu PRETRAIN
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$O" "$W"
 B=${BUNDLE:-$O.tgz}
-pack() { tar czf "$B.$BASHPID" -C "$O" . && mv "$B.$BASHPID" "$B"; }  # jobs beside each other each write a whole bundle
+pack() {  # jobs beside each other each write a whole bundle (tar's 1: a log grew while it was read, fine)
+  tar czf "$B.$BASHPID" -C "$O" .; [ $? -le 1 ] && mv "$B.$BASHPID" "$B" || rm -f "$B.$BASHPID"; }
 nvidia-smi -L
 
 nsmc() {  # nsmc NAME MODEL [--control]

@@ -12,9 +12,9 @@
 # OUT gets each step's JSON and log as it goes (the quality run as OUT/recipe.tgz), so a cut-off keeps what was measured.
 set -uo pipefail
 C=$1; O=$2; TSEC=$3; DEADLINE=$4; RESERVE=${5:-150}
-G=${G:-/tmp/gpu-session}
+G=${G:-/tmp/gpu-session}  # emptied first: a rerun on a warm machine starts fresh, not from the last run's checkpoints
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-mkdir -p "$G" "$O"
+rm -rf "$G"; mkdir -p "$G" "$O"
 t0=$SECONDS
 for f in shards features data; do mkdir -p "$G/$f"; tar xJf "$C/$f.tar.xz" -C "$G/$f" || { echo "cannot unpack $C/$f.tar.xz"; exit 1; }; done
 echo "unpacked in $((SECONDS - t0)) s"
