@@ -5,6 +5,7 @@ they ran (corpus_tools/pieces.py)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Callable, Iterator
 
@@ -28,7 +29,6 @@ def run_dask(task: Callable, job, todo: Iterator[tuple[Piece, bytes | None]], cf
         from distributed import Client, KilledWorker, LocalCluster, as_completed
     except ImportError:
         raise InputError("--workers/--scheduler need Dask's distributed package: pip install 'distributed>=2024.8'") from None
-    import os
     import uuid
 
     import dask
@@ -99,8 +99,6 @@ def _restore_environ(before: dict) -> None:
     """os.environ as it was: distributed's Nanny applies `pre-spawn-environ` to its own process before
     spawning a worker and leaves it there, so OMP_NUM_THREADS=1 would put the torch of a later stage
     in this process (`korbert run`'s pretraining and fine-tuning) on one thread."""
-    import os
-
     for k in set(os.environ) - set(before):
         del os.environ[k]
     for k, v in before.items():

@@ -301,9 +301,10 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
     tok, tm = _load_tokenizer(cfg.tokenizer)
     from korbert import foreign
 
-    mcfg = MaskConfig.from_tokenizer(tok, cfg.mask_prob, foreign.id_map(tok))
+    perm = foreign.id_map(tok)
+    mcfg = MaskConfig.from_tokenizer(tok, cfg.mask_prob, perm)
     # a tokenizer with its specials elsewhere than 0..4: the shards hold mapped ids (korbert/foreign.py), and say so
-    id_map = {"own_special_ids": foreign.special_ids(tok), "rule": "korbert.foreign.id_map"} if foreign.id_map(tok) is not None else None
+    id_map = {"own_special_ids": foreign.special_ids(tok), "rule": "korbert.foreign.id_map"} if perm is not None else None
     columns = shard_columns(len(tok), cfg.max_seq_len, cfg.masking, cfg.mask_unit != "token")
     del tok  # the tasks load their own (a Dask worker its own Kiwi: Kiwi cannot be pickled)
     files = expand_inputs(cfg.inputs)
