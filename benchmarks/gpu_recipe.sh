@@ -13,7 +13,8 @@
 # Every step ends by packing OUT into $BUNDLE (default OUT.tgz): one file to fetch, current even if the run is cut short.
 set -uo pipefail
 S=$1; D=$2; F=$3; O=$4; MIN=$5; NTRAIN=${6:-0}
-W=${W:-runs/gpu-small}  # work folder; PRETRAIN_ARGS: extra `korbert pretrain` flags; CONTROLS=0 skips the controls
+W=${W:-runs/gpu-small}  # work folder; PRETRAIN_ARGS: extra `korbert pretrain` flags; CONTROLS=0 skips the controls, =nsmc runs NSMC's only
+SEEDS=${SEEDS:-42}  # NSMC fine-tuning seeds (split, order, head): each for the model and its control; the first is named plain
 SIZE=${SIZE:-small} NSMC_BATCH=${NSMC_BATCH:-64}  # the model size; NSMC's fine-tuning batch (both the model and its control)
 DEV=${DEV:-cuda} FT_ARGS=${FT_ARGS:-}  # a smoke test on a CPU: DEV=cpu PRETRAIN_ARGS=--no-compile FT_ARGS='--max-steps 2 --max-eval-examples 50'
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -23,10 +24,16 @@ pack() {  # jobs beside each other each write a whole bundle (tar's 1: a log gre
   tar czf "$B.$BASHPID" -C "$O" .; [ $? -le 1 ] && mv "$B.$BASHPID" "$B" || rm -f "$B.$BASHPID"; }
 nvidia-smi -L
 
-nsmc() {  # nsmc NAME MODEL [--control]
-  python3 -m korbert.cli eval nsmc --model "$2" ${3:-} --train "$D/ratings_train.txt" --test "$D/ratings_test.txt" --features "$F" \
-    --out "$W/nsmc/$1" --epochs 1 --max-train-examples "$NTRAIN" --lr 1e-4 --batch-size "$NSMC_BATCH" --device "$DEV" $FT_ARGS > "$O/nsmc-$1.log" 2>&1
-  echo "nsmc $1 rc=$?: $(grep 'test accuracy' "$O/nsmc-$1.log")"; cp "$W/nsmc/$1/results.json" "$O/nsmc-$1-results.json"; pack
+nsmc() {  # nsmc NAME MODEL [--control]: one run per seed in SEEDS, side by side (NAME, NAME-s43, ...)
+  local seed name first=${SEEDS%% *}
+  for seed in $SEEDS; do
+    name=$1; [ "$seed" = "$first" ] || name=$1-s$seed
+    (python3 -m korbert.cli eval nsmc --model "$2" ${3:-} --train "$D/ratings_train.txt" --test "$D/ratings_test.txt" --features "$F" \
+      --out "$W/nsmc/$name" --epochs 1 --max-train-examples "$NTRAIN" --lr 1e-4 --batch-size "$NSMC_BATCH" --seed "$seed" --device "$DEV" $FT_ARGS \
+      > "$O/nsmc-$name.log" 2>&1
+    echo "nsmc $name rc=$?: $(grep 'test accuracy' "$O/nsmc-$name.log")"; cp "$W/nsmc/$name/results.json" "$O/nsmc-$name-results.json"; pack) &
+  done
+  wait
 }
 # KorQuAD in 384-token windows (positions 128..383 untrained: pretraining is at 128) and in 128-token windows
 K384="--max-len 384 --allow-untrained-positions"; K128="--max-len 128 --stride 32 --max-query-len 40"
@@ -44,7 +51,9 @@ python3 -m korbert.cli pretrain --shards "$S" --out "$W/pretrain" --model-size "
 pre=$!
 if [ "${CONTROLS:-1}" != 0 ]; then  # the controls need only the architecture: a 1-step export of the same config
   python3 -m korbert.cli pretrain --shards "$S" --out "$W/arch" --model-size "$SIZE" --max-steps 1 --device "$DEV" --eval-every 0 > "$O/arch.log" 2>&1
-  (nsmc control "$W/arch/final" --control; korquad control384 "$W/arch/final" --control $K384; korquad control128 "$W/arch/final" --control $K128) &
+  if [ "${CONTROLS:-1}" = nsmc ]; then (nsmc control "$W/arch/final" --control) &
+  else (nsmc control "$W/arch/final" --control; korquad control384 "$W/arch/final" --control $K384; korquad control128 "$W/arch/final" --control $K128) &
+  fi
 fi
 wait $pre; echo "pretrain rc=$? in $((SECONDS - t)) s"; tail -3 "$O/pretrain.log"
 cp "$W/pretrain/log.jsonl" "$O/pretrain-log.jsonl"; cp "$W/pretrain/final/manifest.json" "$O/pretrain-manifest.json"; pack

@@ -9,6 +9,7 @@
 #   3. the export in plain transformers (benchmarks/gpu_export_check.py)
 #
 #   bash benchmarks/gpu_session.sh CARRY OUT THROUGHPUT_SECONDS DEADLINE [RESERVE]
+# THROUGHPUT_SECONDS 0 skips step 1; gpu_recipe.sh's variables pass through (SEEDS, CONTROLS, PRETRAIN_ARGS, ...).
 # OUT gets each step's JSON and log as it goes (the quality run as OUT/recipe.tgz), so a cut-off keeps what was measured.
 set -uo pipefail
 C=$1; O=$2; TSEC=$3; DEADLINE=$4; RESERVE=${5:-150}
@@ -20,10 +21,12 @@ for f in shards features data; do mkdir -p "$G/$f"; tar xJf "$C/$f.tar.xz" -C "$
 echo "unpacked in $((SECONDS - t0)) s"
 { nvidia-smi -L; nproc; python3 -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__)"; } 2>&1 | tee "$O/device.txt"
 
+if [ "$TSEC" -gt 0 ]; then
 echo "== 1: throughput ($TSEC s)"
 python3 benchmarks/pretrain_gpu.py --shards "$G/shards" --sizes base small --modes compiled eager --hf-modes eager --worker-sweep 1 4 \
   --max-seconds "$TSEC" --out "$O/pretrain-gpu-throughput.json" 2>&1 | grep --line-buffered -v "it/s\]$" > "$O/pretrain-gpu-throughput.log"
 grep "^BERT-\|^loader\|MFU\|failed" "$O/pretrain-gpu-throughput.log"; echo "throughput done at $((SECONDS - t0)) s"
+fi
 
 MIN=$(python3 -c "print(round(max(1.0, ($DEADLINE - $((SECONDS - t0)) - $RESERVE) / 60), 2))")
 echo "== 2: quality ($MIN min of pretraining)"

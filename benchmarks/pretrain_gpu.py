@@ -14,6 +14,11 @@ On one GPU, for each model size (default BERT-small and BERT-base, sequence leng
   loader                     what one loader worker makes on this host (tokens/s of finished packed
                              micro-batches, in this process), and korbert compiled at each of
                              --worker-sweep DataLoader workers (the first size only)
+  korbert compiled_<variant> --variants: korbert compiled with one change (no dropout, 131,072 tokens
+                             per step, max-autotune), each against korbert compiled (the first size)
+  profile                    --profile: 5 steps of the first size's korbert compiled run under
+                             torch.profiler: device time by kind (matmul, attention, fused, optimizer),
+                             the top kernels, the GPU's busy share (korbert pretrain --profile)
 
 tokens/s counts real (non-padding) tokens; MFU = model FLOPs (korbert.model.step_flops: encoder on
 real tokens, attention over each instance, the MLM head at the predicted positions) / time / the
@@ -22,6 +27,8 @@ Runs stop early when --max-seconds is near (the rest are recorded as skipped).
 
     python benchmarks/pretrain_gpu.py --shards runs/cpu/shards --out $OUT/pretrain-gpu-throughput.json
     python benchmarks/pretrain_gpu.py --shards /tmp/shards --device cpu --sizes tiny --steps 6   # smoke test
+    python benchmarks/pretrain_gpu.py --shards ... --sizes base --modes compiled --hf-modes --worker-sweep \
+        --profile --variants no-dropout tokens-131072 max-autotune --out $OUT/pretrain-gpu-mfu-probe.json
 """
 
 from __future__ import annotations
@@ -48,26 +55,47 @@ from korbert.pretrain import PretrainConfig, main as pretrain, peak_flops  # noq
 from pretrain_throughput import dense, stats  # noqa: E402
 
 
-def run_korbert(a, size: str, mode: str, workdir: Path, workers: int) -> dict:
-    """The real loop for a.steps steps (mode: eager, compiled or cudagraphs); the steady state is the
-    last log interval (after compile)."""
+# --variants: korbert compiled with one setting changed, each against korbert compiled (the first size)
+VARIANTS = {
+    "no-dropout": {"override": ["hidden_dropout_prob=0", "attention_probs_dropout_prob=0"]},
+    "no-attention-dropout": {"override": ["attention_probs_dropout_prob=0"]},
+    "tokens-131072": {"tokens_per_batch": 131072},
+    "max-autotune": {"compile_mode": "max-autotune"},
+}
+
+
+def run_korbert(a, size: str, mode: str, workdir: Path, workers: int, label: str = "", **extra) -> dict:
+    """The real loop for a.steps steps (mode: eager, compiled or cudagraphs; `extra`: other PretrainConfig
+    fields); the steady state is the last log interval (after compile). With a.profile, steps
+    third+2 .. third+6 (the middle interval) are profiled: the result gets the summary, profile.txt
+    goes beside --out."""
     torch._dynamo.reset()  # each configuration compiles (and counts its graphs) from scratch
     if a.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    out = workdir / f"korbert-{size}-{mode}-{workers}"
+    out = workdir / f"korbert-{size}-{mode}-{workers}{label}"
     t = time.time()
     third = max(1, a.steps // 3)  # three log intervals; the last one is the steady state
-    pretrain(PretrainConfig(
+    profile = third + 2 if a.profile and mode == "compiled" and not extra and workers == a.workers and size == a.sizes[0] else 0
+    cfg = dict(
         shards=a.shards, out=str(out), model_size=size, tokens_per_batch=a.tokens_per_batch, pack=True, max_steps=3 * third,
         log_every=third, eval_every=0, eval_instances=64, save_every=10**9, device=a.device, compile=mode != "eager",
-        compile_mode="reduce-overhead" if mode == "cudagraphs" else "default", lr=1e-4, force=True, num_workers=workers,
-    ))
+        compile_mode="reduce-overhead" if mode == "cudagraphs" else "default", lr=1e-4, force=True, num_workers=workers, profile=profile,
+    )
+    pretrain(PretrainConfig(**{**cfg, **extra}))
     last = json.loads((out / "log.jsonl").read_text().splitlines()[-1])
+    prof = {}
+    if profile:
+        p = json.loads((out / "profile.json").read_text())
+        prof = {"profile": {k: p[k] for k in ("steps", "busy_share_of_wall", "by_kind")} | {"top": p["top"][:15]}}
+        txt = Path(a.out).with_name(Path(a.out).stem + f"-profile-{size}.txt")
+        txt.parent.mkdir(parents=True, exist_ok=True)
+        txt.write_text((out / "profile.txt").read_text())
     return {
         "tokens_per_s": last["tokens_per_s"], "mfu": last.get("mfu"), "model_tflops_per_s": last["tflops"], "padding_share": last["padding"],
         "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if a.device == "cuda" else None,
         "compiled_graphs": last.get("compiled_graphs"), "wall_seconds_with_setup": round(time.time() - t, 1),
-        "tokens_per_step": a.tokens_per_batch, "steady_steps": third, "workers": workers,
+        "tokens_per_step": extra.get("tokens_per_batch", a.tokens_per_batch), "steady_steps": third, "workers": workers,
+        **({"changed": extra} if extra else {}), **prof,
     }
 
 
@@ -136,6 +164,8 @@ def main() -> None:
     ap.add_argument("--worker-sweep", type=int, nargs="*", default=[1, 2], help="also run the first size compiled with these worker counts")
     ap.add_argument("--modes", nargs="+", default=["eager", "compiled", "cudagraphs"], choices=["eager", "compiled", "cudagraphs"])
     ap.add_argument("--hf-modes", nargs="*", default=["eager", "compiled"], choices=["eager", "compiled"], help="transformers' runs")
+    ap.add_argument("--variants", nargs="*", default=[], choices=list(VARIANTS), help="korbert compiled with one change each (the first size)")
+    ap.add_argument("--profile", action="store_true", help="profile 5 steps of the first size's korbert compiled run (torch.profiler)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--max-seconds", type=float, default=450, help="skip the configurations left when this much time has passed")
     ap.add_argument("--out", default="benchmarks/results/pretrain-gpu-throughput.json")
@@ -177,6 +207,8 @@ def main() -> None:
         for size in a.sizes:
             runs += [(size, f"korbert_{m}", lambda s=size, m=m: run_korbert(a, s, m, Path(tmp), a.workers)) for m in a.modes]
             runs += [(size, f"hf_{m}", lambda s=size, m=m: run_hf(a, s, m == "compiled", hf_batches, metas, vocab, max_len, peak)) for m in a.hf_modes]
+        runs += [(a.sizes[0], f"korbert_compiled_{v}", lambda v=v: run_korbert(a, a.sizes[0], "compiled", Path(tmp), a.workers, f"-{v}", **VARIANTS[v]))
+                 for v in a.variants]
         runs += [(a.sizes[0], f"korbert_compiled_workers{w}", lambda w=w: run_korbert(a, a.sizes[0], "compiled", Path(tmp), w)) for w in a.worker_sweep]
         for size, label, fn in runs:
             res = results.setdefault(size, {})
@@ -194,6 +226,11 @@ def main() -> None:
             mfu = f", MFU {r['mfu']:.1%}" if r.get("mfu") is not None else ""
             mem = f", peak {r['peak_memory_gb']} GB" if r.get("peak_memory_gb") is not None else ""
             print(f"BERT-{size} {label}: {r['tokens_per_s']:,.0f} tok/s{mfu}{mem} ({time.time() - t0:.0f} s so far)", flush=True)
+            if label.startswith("korbert_compiled_") and "tokens_per_s" in res.get("korbert_compiled", {}):
+                res[f"ratio_{label}_vs_korbert_compiled"] = round(r["tokens_per_s"] / res["korbert_compiled"]["tokens_per_s"], 3)
+            if "profile" in r:
+                print("  profile: busy " + f"{r['profile']['busy_share_of_wall']:.0%} of wall; "
+                      + ", ".join(f"{k} {v['share']:.0%}" for k, v in r["profile"]["by_kind"].items()), flush=True)
             for k in ("eager", "compiled", "cudagraphs"):  # each against transformers' eager (its usual form) and compiled
                 for base in ("eager", "compiled"):
                     ours, theirs = res.get(f"korbert_{k}", {}), res.get(f"hf_{base}", {})

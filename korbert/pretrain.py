@@ -49,7 +49,9 @@ from korbert.checkpoint import BUDGET, FORMAT_VERSION, export, rng_state, run_bu
 from korbert.checkpoint import init_source, load_init_weights
 from korbert.distributed import AgreedClock, Dist, default_workers  # noqa: F401  (importable from here, as before)
 from korbert.heldout import MODEL_INPUTS, evaluate
-from korbert.runtime import PEAK_BF16_FLOPS, compiled_graphs, cpu_has_bf16, oom_guard, peak_flops, resolve_precision  # noqa: F401  (importable from here, as before)
+from korbert.runtime import (  # noqa: F401  (PEAK_BF16_FLOPS, peak_flops: importable from here, as before)
+    PEAK_BF16_FLOPS, PROFILE_STEPS, compiled_graphs, cpu_has_bf16, oom_guard, peak_flops, resolve_precision, start_profile, write_profile,
+)
 from korbert.schedule import lr_at
 
 UNTRAINED_WITHOUT_NSP = ("bert.pooler.", "cls.seq_relationship.")  # --objective mlm: exported as initialized
@@ -112,6 +114,10 @@ class PretrainConfig:
         choices=["auto", "on", "off"],
     )
     compile_mode: str = C.field("default", "torch.compile mode; reduce-overhead: CUDA graphs (needs fixed shapes)", choices=["default", "reduce-overhead", "max-autotune"])
+    profile: int = C.field(
+        0, "profile 5 steps from this one (after compile: e.g. 30) with torch.profiler: out/profile.json (device time by kind "
+        "of kernel: matmul, attention, fused, optimizer; the top kernels; the device's busy share) and out/profile.txt (0: off)",
+    )
     num_workers: int = C.field(-1, "DataLoader worker processes per process (-1: on GPUs the CPU cores / processes on this machine, minus 1; on a CPU 1)")
     resume: bool = C.field(True, "continue from out/ckpt.pt when it holds this same run")
     force: bool = C.field(False, "discard what `out` holds and start over")
@@ -147,6 +153,8 @@ class Trainer:
 
         if cfg.max_steps <= 0 and cfg.max_tokens <= 0 and cfg.max_minutes <= 0:
             raise InputError("no budget: set --max-steps, --max-tokens or --max-minutes")
+        if cfg.profile < 0:
+            raise InputError(f"--profile {cfg.profile}: a step number (>= 1; 0: off)")
         if cfg.batch_size < 1 or cfg.grad_accum < 1 or cfg.tokens_per_batch < 0:
             raise InputError("--batch-size and --grad-accum must be >= 1, --tokens-per-batch >= 0")
         self.cfg = cfg
@@ -623,6 +631,7 @@ class Trainer:
         self.bar = tqdm(total=cfg.max_steps or None, initial=self.step_no, desc="pretrain", unit="step", disable=None if dist.main else True, file=sys.stderr)
         kill_at = int(os.environ.get("KORBERT_TEST_KILL_AT_STEP", "0"))  # tests: SIGKILL ourselves after this step
         it = iter(self._loader())
+        prof = None  # --profile: the running profiler
         self.model.train()
         self.seconds_at_start, self.t_start, self.excluded = self.seconds, time.time(), 0.0
         self.agreed = AgreedClock(self.seconds)
@@ -631,6 +640,8 @@ class Trainer:
             done = self.progress() >= 1
             while not done:
                 self.t_step = time.time()
+                if cfg.profile and self.step_no == cfg.profile and dist.main:
+                    prof, t_prof = start_profile(self.cuda), time.time()
                 if self._long_phase_due():
                     self.long_from = self.step_no
                     del it  # the short phase's workers stop
@@ -639,6 +650,13 @@ class Trainer:
                         self.bar.write(f"step {self.step_no}: long phase, rows of {self.long_len} tokens from {cfg.long_shards}")
                 self.step([next(it) for _ in range(cfg.grad_accum)])
                 self.bar.update(1)
+                if prof is not None and self.step_no == cfg.profile + PROFILE_STEPS:
+                    if self.cuda:
+                        torch.cuda.synchronize()
+                    p = write_profile(prof, self.out, PROFILE_STEPS, time.time() - t_prof, self.cuda, cfg.profile)
+                    prof = None
+                    kinds = ", ".join(f"{k} {v['share']:.0%}" for k, v in p["by_kind"].items())
+                    self.bar.write(f"profile of steps {cfg.profile}-{cfg.profile + PROFILE_STEPS - 1}: busy {p['busy_share_of_wall']:.0%} of wall; {kinds} -> {self.out / 'profile.json'}")
                 done = self.progress() >= 1  # the same on every rank: steps, tokens and the agreed clock
                 if self.step_no % cfg.log_every == 0 or done:
                     t0 = time.time()
@@ -646,6 +664,10 @@ class Trainer:
                     self.excluded += time.time() - t0  # logging, evaluation and checkpoints are not training time
                 if kill_at and self.step_no == kill_at:
                     os.kill(os.getpid(), 9)
+        if prof is not None:  # the run ended inside the profiled steps: what it profiled
+            if self.cuda:
+                torch.cuda.synchronize()
+            write_profile(prof, self.out, self.step_no - cfg.profile, time.time() - t_prof, self.cuda, cfg.profile)
         self.bar.close()
         if self.tb is not None:
             self.tb.close()

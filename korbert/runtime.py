@@ -1,13 +1,14 @@
 """What the hardware and torch give a pretraining run: the precision it trains in (bf16 where the
-device multiplies it natively), the device's bf16 peak (for MFU), torch.compile's graph count, and
-the message for running out of GPU memory."""
+device multiplies it natively), the device's bf16 peak (for MFU), torch.compile's graph count, the
+message for running out of GPU memory, and `--profile`: where a few steps' device time goes."""
 
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from corpus_tools.artifacts import cpuinfo
+from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, cpuinfo
 from corpus_tools.text import InputError
 
 if TYPE_CHECKING:  # annotations only: no import at run time
@@ -57,3 +58,64 @@ def compiled_graphs() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+PROFILE_STEPS = 5  # --profile N profiles steps N .. N+4
+
+# kernel (CUDA) or operator (CPU) names -> what they do; the first match wins, so attention's CUTLASS
+# kernels (fmha_cutlass*) are attention, not matmul
+PROFILE_KINDS = [
+    ("attention", ("fmha", "flash", "attention", "sdpa", "scaled_dot_product")),
+    ("matmul", ("gemm", "nvjet", "xmma", "cutlass", "cublas", "aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul")),
+    ("optimizer", ("multi_tensor", "adam", "optimizer")),
+    ("fused (inductor)", ("triton_", "cpp_fused")),
+    ("copy / fill", ("memcpy", "memset", "copy", "fill")),
+]
+
+
+def profile_kind(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, keys in PROFILE_KINDS if any(k in low for k in keys)), "other")
+
+
+def start_profile(cuda: bool):
+    """A running torch.profiler over CPU operators and, on a GPU, its kernels."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    if cuda:
+        torch.cuda.synchronize()
+    prof = profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])])
+    prof.start()
+    return prof
+
+
+def write_profile(prof, out: Path, steps: int, wall_seconds: float, cuda: bool, step_from: int) -> dict:
+    """Stops `prof` and writes out/profile.json (device time by kind and the top kernels, the device's
+    busy share of the wall time) and out/profile.txt (torch's own table). On a GPU the time is each
+    kernel's; on a CPU each operator's self time (which, summed, is the busy time of the calling thread)."""
+    from torch.autograd import DeviceType
+
+    prof.stop()
+    avgs = prof.key_averages()
+    if cuda:
+        rows = [(e.key, e.self_device_time_total, e.count) for e in avgs if e.device_type == DeviceType.CUDA]
+        sort = "self_device_time_total"
+    else:
+        rows = [(e.key, e.self_cpu_time_total, e.count) for e in avgs]
+        sort = "self_cpu_time_total"
+    busy = sum(t for _, t, _ in rows) / 1e6 or 1e-9
+    by_kind: dict[str, float] = {}
+    for name, t, _ in rows:
+        by_kind[profile_kind(name)] = by_kind.get(profile_kind(name), 0.0) + t / 1e6
+    rows.sort(key=lambda r: -r[1])
+    result = {
+        "steps": [step_from, step_from + steps], "device": "cuda kernels" if cuda else "cpu operators (self time)",
+        "wall_seconds": round(wall_seconds, 4), "busy_seconds": round(busy, 4), "busy_share_of_wall": round(busy / max(wall_seconds, 1e-9), 4),
+        "by_kind": {k: {"seconds": round(v, 4), "share": round(v / busy, 4)} for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+        "top": [{"name": n[:200], "kind": profile_kind(n), "seconds": round(t / 1e6, 5), "share": round(t / 1e6 / busy, 4), "calls": c} for n, t, c in rows[:30]],
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "profile.json", result)
+    atomic_write_bytes(out / "profile.txt", (avgs.table(sort_by=sort, row_limit=40, max_name_column_width=90) + "\n").encode())
+    return result

@@ -609,6 +609,33 @@ def test_evaluation_settings_and_a_longer_budget_continue_the_same_run(shards_di
     assert "up to date" in capsys.readouterr().out and again["step"] == 6
 
 
+def test_profile_reports_where_the_time_goes_without_changing_the_run(shards_dir, tmp_path):
+    """--profile N: steps N..N+4 under torch.profiler give profile.json (time by kind, top operators,
+    busy share) and profile.txt; the losses are the unprofiled run's, and the run key ignores it."""
+    from korbert.runtime import profile_kind
+
+    main(cfg(shards_dir, tmp_path / "plain", max_steps=8, eval_every=0))
+    main(cfg(shards_dir, tmp_path / "prof", max_steps=8, eval_every=0, profile=2))
+    assert losses(tmp_path / "prof") == losses(tmp_path / "plain")
+    p = json.loads((tmp_path / "prof" / "profile.json").read_text())
+    assert p["steps"] == [2, 7] and 0 < p["busy_seconds"]
+    assert p["by_kind"]["matmul"]["seconds"] > 0  # a BERT step is matmuls first
+    assert abs(sum(k["share"] for k in p["by_kind"].values()) - 1) < 0.01
+    assert p["top"] and all(t["kind"] == profile_kind(t["name"]) for t in p["top"])
+    assert "aten::" in (tmp_path / "prof" / "profile.txt").read_text()
+    # a run ending inside the profiled steps writes what it profiled
+    main(cfg(shards_dir, tmp_path / "short", max_steps=3, eval_every=0, profile=2))
+    assert json.loads((tmp_path / "short" / "profile.json").read_text())["steps"] == [2, 3]
+    # GPU kernel names: CUTLASS attention is attention, cuBLAS / nvjet GEMMs are matmuls, inductor's are fused
+    assert profile_kind("fmha_cutlassF_bf16_aligned_64x64_rf_sm80") == "attention"
+    assert profile_kind("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNT") == "matmul"
+    assert profile_kind("sm90_xmma_gemm_bf16bf16_bf16f32") == "matmul"
+    assert profile_kind("triton_per_fused_native_layer_norm_0") == "fused (inductor)"
+    assert profile_kind("multi_tensor_apply_kernel<FusedAdamMathFunctor>") == "optimizer"
+    with pytest.raises(InputError, match="--profile"):
+        main(cfg(shards_dir, tmp_path / "bad", max_steps=3, profile=-1))
+
+
 # -- continued pretraining (--init-from) -----------------------------------------------------------
 
 
