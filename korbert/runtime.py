@@ -65,7 +65,7 @@ PROFILE_STEPS = 5  # --profile N profiles steps N .. N+4
 # kernel (CUDA) or operator (CPU) names -> what they do; the first match wins, so attention's CUTLASS
 # kernels (fmha_cutlass*) are attention, not matmul
 PROFILE_KINDS = [
-    ("attention", ("fmha", "flash", "attention", "sdpa", "scaled_dot_product")),
+    ("attention", ("fmha", "flash", "attention", "sdpa", "scaled_dot_product", "cudnn")),
     ("matmul", ("gemm", "nvjet", "xmma", "cutlass", "cublas", "aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul")),
     ("optimizer", ("multi_tensor", "adam", "optimizer")),
     ("fused (inductor)", ("triton_", "cpp_fused")),

@@ -628,6 +628,7 @@ def test_profile_reports_where_the_time_goes_without_changing_the_run(shards_dir
     assert json.loads((tmp_path / "short" / "profile.json").read_text())["steps"] == [2, 3]
     # GPU kernel names: CUTLASS attention is attention, cuBLAS / nvjet GEMMs are matmuls, inductor's are fused
     assert profile_kind("fmha_cutlassF_bf16_aligned_64x64_rf_sm80") == "attention"
+    assert profile_kind("void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*)") == "attention"  # SDPA backward's
     assert profile_kind("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNT") == "matmul"
     assert profile_kind("sm90_xmma_gemm_bf16bf16_bf16f32") == "matmul"
     assert profile_kind("triton_per_fused_native_layer_norm_0") == "fused (inductor)"
