@@ -14,7 +14,7 @@
 set -uo pipefail
 S=$1; D=$2; F=$3; O=$4; MIN=$5; NTRAIN=${6:-0}
 W=${W:-runs/gpu-small}  # work folder; PRETRAIN_ARGS: extra `korbert pretrain` flags; CONTROLS=0 skips the controls, =nsmc runs NSMC's only
-SEEDS=${SEEDS:-42}  # NSMC fine-tuning seeds (split, order, head): each for the model and its control; the first is named plain
+SEEDS=$(echo ${SEEDS:-42})  # (spaces trimmed) NSMC fine-tuning seeds (split, order, head): each for the model and its control; the first is named plain
 SIZE=${SIZE:-small} NSMC_BATCH=${NSMC_BATCH:-64}  # the model size; NSMC's fine-tuning batch (both the model and its control)
 DEV=${DEV:-cuda} FT_ARGS=${FT_ARGS:-}  # a smoke test on a CPU: DEV=cpu PRETRAIN_ARGS=--no-compile FT_ARGS='--max-steps 2 --max-eval-examples 50'
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false

@@ -9,7 +9,7 @@
 #   3. the export in plain transformers (benchmarks/gpu_export_check.py)
 #
 #   bash benchmarks/gpu_session.sh CARRY OUT THROUGHPUT_SECONDS DEADLINE [RESERVE]
-# THROUGHPUT_SECONDS 0 skips step 1; gpu_recipe.sh's variables pass through (SEEDS, CONTROLS, PRETRAIN_ARGS, ...).
+# THROUGHPUT_SECONDS (whole seconds) 0 skips step 1; gpu_recipe.sh's variables pass through (SEEDS, CONTROLS, PRETRAIN_ARGS, ...).
 # OUT gets each step's JSON and log as it goes (the quality run as OUT/recipe.tgz), so a cut-off keeps what was measured.
 set -uo pipefail
 C=$1; O=$2; TSEC=$3; DEADLINE=$4; RESERVE=${5:-150}

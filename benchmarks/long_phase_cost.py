@@ -6,6 +6,7 @@ the median of each is reported, with the ratio 512 / 128 (1.0: free; 0.85: the 1
     korbert shards --inputs TEXT --max-seq-len 128 --out runs/bench/long128
     korbert shards --inputs TEXT --max-seq-len 512 --out runs/bench/long512
     python benchmarks/long_phase_cost.py --shards runs/bench/long128 --long-shards runs/bench/long512
+    python benchmarks/long_phase_cost.py ... --device cuda --compile --tokens-per-batch 65536 --steps 40 --rounds 2   # on a GPU
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+import torch._dynamo
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
@@ -27,12 +31,13 @@ from korbert.pretrain import PretrainConfig, main as pretrain  # noqa: E402
 def run(a, shards: str, out: Path) -> dict:
     """a.steps steps; the steady state is the last half (log intervals after the first)."""
     half = max(1, a.steps // 2)
+    torch._dynamo.reset()  # with --compile each run compiles afresh (no recompile limit across runs)
     pretrain(PretrainConfig(
         shards=shards, out=str(out), model_size=a.model_size, tokens_per_batch=a.tokens_per_batch, pack=True, max_steps=2 * half,
-        log_every=half, eval_every=0, eval_instances=64, save_every=10**9, force=True, lr=1e-4, seed=0,
+        log_every=half, eval_every=0, eval_instances=64, save_every=10**9, force=True, lr=1e-4, seed=0, device=a.device, compile=a.compile,
     ))
     last = json.loads((out / "log.jsonl").read_text().splitlines()[-1])
-    return {"tokens_per_s": last["tokens_per_s"], "tflops": last["tflops"], "padding": last["padding"]}
+    return {"tokens_per_s": last["tokens_per_s"], "tflops": last["tflops"], "padding": last["padding"], "mfu": last.get("mfu")}
 
 
 def main() -> None:
@@ -43,6 +48,8 @@ def main() -> None:
     ap.add_argument("--tokens-per-batch", type=int, default=8192)
     ap.add_argument("--steps", type=int, default=12, help="steps per run; the last half is timed")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--compile", action="store_true", help="torch.compile (fixed shapes: one graph per length)")
     ap.add_argument("--out", default="benchmarks/results/pretrain-long-phase-cost.json")
     a = ap.parse_args()
     load = [os.getloadavg()[0]]
@@ -58,7 +65,7 @@ def main() -> None:
     out = {
         "stage": "pretrain", "what": f"tokens/s of BERT-{a.model_size} pretraining on {lens['long']}-token packed rows vs {lens['short']} (same tokens per step)",
         "command": "python " + " ".join(sys.argv), "machine": machine(), "load_average_1min_before_after": load,
-        "shards": a.shards, "long_shards": a.long_shards, "max_seq_len": lens, "tokens_per_batch": a.tokens_per_batch,
+        "device": torch.cuda.get_device_name() if a.device != "cpu" and torch.cuda.is_available() else "cpu", "compile": a.compile, "shards": a.shards, "long_shards": a.long_shards, "max_seq_len": lens, "tokens_per_batch": a.tokens_per_batch,
         "runs": runs, "median_tokens_per_s": med, f"ratio_{lens['long']}_vs_{lens['short']}": round(med["long"] / med["short"], 3),
     }
     atomic_write_json(a.out, out)

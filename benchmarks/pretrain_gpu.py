@@ -64,18 +64,20 @@ VARIANTS = {
 }
 
 
-def run_korbert(a, size: str, mode: str, workdir: Path, workers: int, label: str = "", **extra) -> dict:
+def run_korbert(a, size: str, mode: str, workdir: Path, workers: int, label: str = "", profile: bool = False, **extra) -> dict:
     """The real loop for a.steps steps (mode: eager, compiled or cudagraphs; `extra`: other PretrainConfig
-    fields); the steady state is the last log interval (after compile). With a.profile, steps
-    third+2 .. third+6 (the middle interval) are profiled: the result gets the summary, profile.txt
-    goes beside --out."""
+    fields); the steady state is the last log interval (after compile). With `profile`, 5 steps of the
+    middle interval are profiled (never the timed one: needs --steps >= 21): the result gets the
+    summary, profile.txt goes beside --out."""
     torch._dynamo.reset()  # each configuration compiles (and counts its graphs) from scratch
     if a.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     out = workdir / f"korbert-{size}-{mode}-{workers}{label}"
     t = time.time()
     third = max(1, a.steps // 3)  # three log intervals; the last one is the steady state
-    profile = third + 2 if a.profile and mode == "compiled" and not extra and workers == a.workers and size == a.sizes[0] else 0
+    if profile and third < 7:
+        print(f"--profile: --steps {a.steps} leaves no 5 steps between the compile and the timed interval (21 or more do); not profiled")
+    profile = third + 1 if profile and third >= 7 else 0  # steps third+2 .. third+6: the middle interval
     cfg = dict(
         shards=a.shards, out=str(out), model_size=size, tokens_per_batch=a.tokens_per_batch, pack=True, max_steps=3 * third,
         log_every=third, eval_every=0, eval_instances=64, save_every=10**9, device=a.device, compile=mode != "eager",
@@ -205,7 +207,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         runs = []  # (size, label, fn): every size's korbert and transformers runs, then the worker sweep (first size)
         for size in a.sizes:
-            runs += [(size, f"korbert_{m}", lambda s=size, m=m: run_korbert(a, s, m, Path(tmp), a.workers)) for m in a.modes]
+            runs += [(size, f"korbert_{m}", lambda s=size, m=m: run_korbert(a, s, m, Path(tmp), a.workers, profile=a.profile and m == "compiled" and s == a.sizes[0]))
+                     for m in a.modes]
             runs += [(size, f"hf_{m}", lambda s=size, m=m: run_hf(a, s, m == "compiled", hf_batches, metas, vocab, max_len, peak)) for m in a.hf_modes]
         runs += [(a.sizes[0], f"korbert_compiled_{v}", lambda v=v: run_korbert(a, a.sizes[0], "compiled", Path(tmp), a.workers, f"-{v}", **VARIANTS[v]))
                  for v in a.variants]

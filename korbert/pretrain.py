@@ -115,8 +115,8 @@ class PretrainConfig:
     )
     compile_mode: str = C.field("default", "torch.compile mode; reduce-overhead: CUDA graphs (needs fixed shapes)", choices=["default", "reduce-overhead", "max-autotune"])
     profile: int = C.field(
-        0, "profile 5 steps from this one (after compile: e.g. 30) with torch.profiler: out/profile.json (device time by kind "
-        "of kernel: matmul, attention, fused, optimizer; the top kernels; the device's busy share) and out/profile.txt (0: off)",
+        0, "profile the 5 steps after this step (after compile: e.g. 30) with torch.profiler: out/profile.json (device time by "
+        "kind of kernel: matmul, attention, fused, optimizer; the top kernels; the device's busy share) and out/profile.txt (0: off)",
     )
     num_workers: int = C.field(-1, "DataLoader worker processes per process (-1: on GPUs the CPU cores / processes on this machine, minus 1; on a CPU 1)")
     resume: bool = C.field(True, "continue from out/ckpt.pt when it holds this same run")
@@ -632,42 +632,47 @@ class Trainer:
         kill_at = int(os.environ.get("KORBERT_TEST_KILL_AT_STEP", "0"))  # tests: SIGKILL ourselves after this step
         it = iter(self._loader())
         prof = None  # --profile: the running profiler
+        if cfg.profile and self.step_no > cfg.profile and dist.main:
+            self.bar.write(f"--profile {cfg.profile}: this run resumes at step {self.step_no}, past it: nothing is profiled")
         self.model.train()
         self.seconds_at_start, self.t_start, self.excluded = self.seconds, time.time(), 0.0
         self.agreed = AgreedClock(self.seconds)
         self.first_step, self.graphs_seen = self.step_no, self.graphs_before
-        with oom_guard(cfg):
-            done = self.progress() >= 1
-            while not done:
-                self.t_step = time.time()
-                if cfg.profile and self.step_no == cfg.profile and dist.main:
-                    prof, t_prof = start_profile(self.cuda), time.time()
-                if self._long_phase_due():
-                    self.long_from = self.step_no
-                    del it  # the short phase's workers stop
-                    it = iter(self._loader())
-                    if dist.main:
-                        self.bar.write(f"step {self.step_no}: long phase, rows of {self.long_len} tokens from {cfg.long_shards}")
-                self.step([next(it) for _ in range(cfg.grad_accum)])
-                self.bar.update(1)
-                if prof is not None and self.step_no == cfg.profile + PROFILE_STEPS:
-                    if self.cuda:
-                        torch.cuda.synchronize()
-                    p = write_profile(prof, self.out, PROFILE_STEPS, time.time() - t_prof, self.cuda, cfg.profile)
-                    prof = None
-                    kinds = ", ".join(f"{k} {v['share']:.0%}" for k, v in p["by_kind"].items())
-                    self.bar.write(f"profile of steps {cfg.profile}-{cfg.profile + PROFILE_STEPS - 1}: busy {p['busy_share_of_wall']:.0%} of wall; {kinds} -> {self.out / 'profile.json'}")
-                done = self.progress() >= 1  # the same on every rank: steps, tokens and the agreed clock
-                if self.step_no % cfg.log_every == 0 or done:
-                    t0 = time.time()
-                    self.interval(done)
-                    self.excluded += time.time() - t0  # logging, evaluation and checkpoints are not training time
-                if kill_at and self.step_no == kill_at:
-                    os.kill(os.getpid(), 9)
+        try:
+            with oom_guard(cfg):
+                done = self.progress() >= 1
+                while not done:
+                    self.t_step = time.time()
+                    if cfg.profile and self.step_no == cfg.profile and dist.main:
+                        prof, t_prof = start_profile(self.cuda), time.time()
+                    if self._long_phase_due():
+                        self.long_from = self.step_no
+                        del it  # the short phase's workers stop
+                        it = iter(self._loader())
+                        if dist.main:
+                            self.bar.write(f"step {self.step_no}: long phase, rows of {self.long_len} tokens from {cfg.long_shards}")
+                    self.step([next(it) for _ in range(cfg.grad_accum)])
+                    self.bar.update(1)
+                    if prof is not None and self.step_no == cfg.profile + PROFILE_STEPS:
+                        t0 = time.time()
+                        p = write_profile(prof, self.out, cfg.profile + 1, self.step_no, t_prof, self.cuda)
+                        prof = None
+                        self.excluded += time.time() - t0  # reading the profile is not training time
+                        kinds = ", ".join(f"{k} {v['share']:.0%}" for k, v in p["by_kind"].items())
+                        self.bar.write(f"profile: busy {p['busy_share_of_wall']:.0%} of the wall time; {kinds} -> {self.out / 'profile.json'}")
+                    done = self.progress() >= 1  # the same on every rank: steps, tokens and the agreed clock
+                    if self.step_no % cfg.log_every == 0 or done:
+                        t0 = time.time()
+                        self.interval(done)
+                        self.excluded += time.time() - t0  # logging, evaluation and checkpoints are not training time
+                    if kill_at and self.step_no == kill_at:
+                        os.kill(os.getpid(), 9)
+        except BaseException:
+            if prof is not None:  # a failed run leaves no profiler running
+                prof.stop()
+            raise
         if prof is not None:  # the run ended inside the profiled steps: what it profiled
-            if self.cuda:
-                torch.cuda.synchronize()
-            write_profile(prof, self.out, self.step_no - cfg.profile, time.time() - t_prof, self.cuda, cfg.profile)
+            write_profile(prof, self.out, cfg.profile + 1, self.step_no, t_prof, self.cuda)
         self.bar.close()
         if self.tb is not None:
             self.tb.close()

@@ -5,6 +5,7 @@ message for running out of GPU memory, and `--profile`: where a few steps' devic
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,7 +61,7 @@ def compiled_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-PROFILE_STEPS = 5  # --profile N profiles steps N .. N+4
+PROFILE_STEPS = 5  # --profile N profiles the 5 steps after step N: steps N+1 .. N+5 as the log numbers them
 
 # kernel (CUDA) or operator (CPU) names -> what they do; the first match wins, so attention's CUTLASS
 # kernels (fmha_cutlass*) are attention, not matmul
@@ -90,12 +91,17 @@ def start_profile(cuda: bool):
     return prof
 
 
-def write_profile(prof, out: Path, steps: int, wall_seconds: float, cuda: bool, step_from: int) -> dict:
-    """Stops `prof` and writes out/profile.json (device time by kind and the top kernels, the device's
+def write_profile(prof, out: Path, first: int, last: int, started: float, cuda: bool) -> dict:
+    """Waits for the device, stops `prof` (started at time.time() `started`, before step `first`; steps
+    as the log numbers them, `last` included) and writes out/profile.json (device time by kind and the top kernels, the device's
     busy share of the wall time) and out/profile.txt (torch's own table). On a GPU the time is each
     kernel's; on a CPU each operator's self time (which, summed, is the busy time of the calling thread)."""
+    import torch
     from torch.autograd import DeviceType
 
+    if cuda:
+        torch.cuda.synchronize()
+    wall_seconds = time.time() - started
     prof.stop()
     avgs = prof.key_averages()
     if cuda:
@@ -110,7 +116,7 @@ def write_profile(prof, out: Path, steps: int, wall_seconds: float, cuda: bool, 
         by_kind[profile_kind(name)] = by_kind.get(profile_kind(name), 0.0) + t / 1e6
     rows.sort(key=lambda r: -r[1])
     result = {
-        "steps": [step_from, step_from + steps], "device": "cuda kernels" if cuda else "cpu operators (self time)",
+        "steps": [first, last], "device": "cuda kernels" if cuda else "cpu operators (self time)",
         "wall_seconds": round(wall_seconds, 4), "busy_seconds": round(busy, 4), "busy_share_of_wall": round(busy / max(wall_seconds, 1e-9), 4),
         "by_kind": {k: {"seconds": round(v, 4), "share": round(v / busy, 4)} for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
         "top": [{"name": n[:200], "kind": profile_kind(n), "seconds": round(t / 1e6, 5), "share": round(t / 1e6 / busy, 4), "calls": c} for n, t, c in rows[:30]],
