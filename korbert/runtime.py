@@ -113,7 +113,8 @@ def write_profile(prof, out: Path, first: int, last: int, started: float, cuda: 
     busy = sum(t for _, t, _ in rows) / 1e6 or 1e-9
     by_kind: dict[str, float] = {}
     for name, t, _ in rows:
-        by_kind[profile_kind(name)] = by_kind.get(profile_kind(name), 0.0) + t / 1e6
+        kind = profile_kind(name)
+        by_kind[kind] = by_kind.get(kind, 0.0) + t / 1e6
     rows.sort(key=lambda r: -r[1])
     result = {
         "steps": [first, last], "device": "cuda kernels" if cuda else "cpu operators (self time)",
@@ -121,7 +122,6 @@ def write_profile(prof, out: Path, first: int, last: int, started: float, cuda: 
         "by_kind": {k: {"seconds": round(v, 4), "share": round(v / busy, 4)} for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
         "top": [{"name": n[:200], "kind": profile_kind(n), "seconds": round(t / 1e6, 5), "share": round(t / 1e6 / busy, 4), "calls": c} for n, t, c in rows[:30]],
     }
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "profile.json", result)
+    atomic_write_json(out / "profile.json", result)  # (makes out/ if needed)
     atomic_write_bytes(out / "profile.txt", (avgs.table(sort_by=sort, row_limit=40, max_name_column_width=90) + "\n").encode())
     return result
