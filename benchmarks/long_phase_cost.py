@@ -54,23 +54,31 @@ def main() -> None:
     a = ap.parse_args()
     load = [os.getloadavg()[0]]
     runs: dict[str, list[dict]] = {"short": [], "long": []}
+    lens = {k: json.loads((Path(p) / "manifest.json").read_text())["config"]["max_seq_len"] for k, p in (("short", a.shards), ("long", a.long_shards))}
+
+    def write(partial: bool) -> dict:  # after every run: a run cut short keeps what it measured
+        med = {k: round(statistics.median(x["tokens_per_s"] for x in v)) for k, v in runs.items() if v}
+        out = {
+            "stage": "pretrain", "what": f"tokens/s of BERT-{a.model_size} pretraining on {lens['long']}-token packed rows vs {lens['short']} (same tokens per step)",
+            "command": "python " + " ".join(sys.argv), "machine": machine(), "load_average_1min_before_after": load + [os.getloadavg()[0]],
+            "device": torch.cuda.get_device_name() if a.device != "cpu" and torch.cuda.is_available() else "cpu", "compile": a.compile,
+            "model_size": a.model_size, "shards": a.shards, "long_shards": a.long_shards, "max_seq_len": lens, "tokens_per_batch": a.tokens_per_batch,
+            "runs": runs, "median_tokens_per_s": med, "partial": partial,
+        }
+        if len(med) == 2:
+            out[f"ratio_{lens['long']}_vs_{lens['short']}"] = round(med["long"] / med["short"], 3)
+        atomic_write_json(a.out, out)
+        return med
+
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
             for name in (("short", "long") if r % 2 == 0 else ("long", "short")):
                 runs[name].append(run(a, a.shards if name == "short" else a.long_shards, Path(tmp) / f"{name}{r}"))
                 print(f"  round {r + 1} {name}: {runs[name][-1]['tokens_per_s']:,.0f} tokens/s", flush=True)
-    load.append(os.getloadavg()[0])
-    med = {k: round(statistics.median(x["tokens_per_s"] for x in v)) for k, v in runs.items()}
-    lens = {k: json.loads((Path(p) / "manifest.json").read_text())["config"]["max_seq_len"] for k, p in (("short", a.shards), ("long", a.long_shards))}
-    out = {
-        "stage": "pretrain", "what": f"tokens/s of BERT-{a.model_size} pretraining on {lens['long']}-token packed rows vs {lens['short']} (same tokens per step)",
-        "command": "python " + " ".join(sys.argv), "machine": machine(), "load_average_1min_before_after": load,
-        "device": torch.cuda.get_device_name() if a.device != "cpu" and torch.cuda.is_available() else "cpu", "compile": a.compile, "shards": a.shards, "long_shards": a.long_shards, "max_seq_len": lens, "tokens_per_batch": a.tokens_per_batch,
-        "runs": runs, "median_tokens_per_s": med, f"ratio_{lens['long']}_vs_{lens['short']}": round(med["long"] / med["short"], 3),
-    }
-    atomic_write_json(a.out, out)
+                write(partial=True)
+    med = write(partial=False)
     print(f"{lens['short']}: {med['short']:,} tokens/s, {lens['long']}: {med['long']:,} tokens/s "
-          f"(ratio {med['long'] / med['short']:.3f}), load {load} -> {a.out}")
+          f"(ratio {med['long'] / med['short']:.3f}), load {load + [os.getloadavg()[0]]} -> {a.out}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ On one GPU, for each model size (default BERT-small and BERT-base, sequence leng
                              micro-batches, in this process), and korbert compiled at each of
                              --worker-sweep DataLoader workers (the first size only)
   korbert compiled_<variant> --variants: korbert compiled with one change (no dropout, 131,072 tokens
-                             per step, max-autotune), each against korbert compiled (the first size)
+                             per step, max-autotune, the residual stream in bf16) or several, each against
+                             korbert compiled (the first size)
   profile                    --profile: 5 steps of the first size's korbert compiled run under
                              torch.profiler: device time by kind (matmul, attention, fused, optimizer),
                              the top kernels, the GPU's busy share (korbert pretrain --profile)
@@ -61,6 +62,11 @@ VARIANTS = {
     "no-attention-dropout": {"override": ["attention_probs_dropout_prob=0"]},
     "tokens-131072": {"tokens_per_batch": 131072},
     "max-autotune": {"compile_mode": "max-autotune"},
+    "bf16-stream": {"precision": "bf16-stream"},
+    "bf16-stream-no-dropout": {"precision": "bf16-stream", "override": ["hidden_dropout_prob=0", "attention_probs_dropout_prob=0"]},
+    "bf16-stream-no-dropout-max-autotune": {
+        "precision": "bf16-stream", "override": ["hidden_dropout_prob=0", "attention_probs_dropout_prob=0"], "compile_mode": "max-autotune",
+    },
 }
 
 

@@ -128,6 +128,30 @@ class KorBertForPreTraining(BertForPreTraining):
         return PretrainingOutput(loss, mlm_sum.detach(), mlm_correct, m, nsp_sum.detach(), nsp_correct, b)
 
 
+class Bf16StreamLayerNorm(torch.nn.LayerNorm):
+    """LayerNorm that, under bf16 autocast, returns bf16 (statistics still in fp32 inside the kernel).
+
+    Autocast runs layer_norm in fp32 and returns fp32, so BERT's residual stream (each LayerNorm's output,
+    added to the next sub-layer's output) stays fp32 between the bf16 matmuls: every add, dropout and
+    LayerNorm moves 4 bytes per value forward and backward. With this, it moves 2, as in Megatron-style
+    bf16 training; the weights, optimizer and losses stay fp32. Same parameters, same state dict."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.is_autocast_enabled(x.device.type):
+            return super().forward(x)
+        dt = torch.get_autocast_dtype(x.device.type)
+        with torch.autocast(x.device.type, enabled=False):
+            return F.layer_norm(x.to(dt), self.normalized_shape, self.weight.to(dt), self.bias.to(dt), self.eps)
+
+
+def bf16_residual_stream(model: torch.nn.Module) -> torch.nn.Module:
+    """Every LayerNorm of `model` becomes a Bf16StreamLayerNorm (in place; --precision bf16-stream)."""
+    for m in model.modules():
+        if type(m) is torch.nn.LayerNorm:
+            m.__class__ = Bf16StreamLayerNorm
+    return model
+
+
 def count_parameters(model: torch.nn.Module, embeddings: bool = True) -> int:
     """Parameters counted once (tied decoder weight shared with the word embeddings)."""
     seen, n = set(), 0

@@ -104,7 +104,8 @@ class PretrainConfig:
     precision: str = C.field(
         "auto", "bf16: matmuls in bfloat16 under autocast (weights, optimizer and losses stay fp32); auto: bf16 on CUDA "
         "and on CPUs with bf16 instructions (AVX512-BF16, AMX: 1.46x (BERT-mini) to 1.60x (BERT-small) the tokens/s of fp32 on a 2-core Zen 4), fp32 "
-        "elsewhere, where bf16 is emulated and slower", choices=["auto", "bf16", "fp32"],
+        "elsewhere, where bf16 is emulated and slower; bf16-stream: bf16 with the residual stream (LayerNorm outputs) in bf16 too, "
+        "as Megatron-style bf16 training keeps it", choices=["auto", "bf16", "bf16-stream", "fp32"],
     )
     compile: bool = C.field(False, "torch.compile the model; batch shapes are rounded to a few buckets so it compiles a handful of graphs")
     fixed_shapes: str = C.field(
@@ -336,11 +337,13 @@ class Trainer:
     def _build_model(self, state: dict | None) -> None:
         import torch
 
-        from korbert.model import KorBertForPreTraining
+        from korbert.model import KorBertForPreTraining, bf16_residual_stream
 
         cfg, dev = self.cfg, self.dev
         torch.manual_seed(cfg.seed)
         model = KorBertForPreTraining(self.mcfg)
+        if self.precision == "bf16-stream":
+            bf16_residual_stream(model)
         if state is None and self.init is not None:  # every weight the folder has; its missing heads start fresh (seeded)
             self.init["fresh"] = load_init_weights(model, self.init["folder"])
             if self.id_map is not None:  # its vocabulary rows in the shards' order (the export moves them back)
@@ -476,7 +479,7 @@ class Trainer:
     def autocast(self):
         import torch
 
-        return torch.autocast(self.dev.type, dtype=torch.bfloat16) if self.precision == "bf16" else contextlib.nullcontext()
+        return torch.autocast(self.dev.type, dtype=torch.bfloat16) if self.precision.startswith("bf16") else contextlib.nullcontext()
 
     def step(self, micro: list[dict]) -> None:
         """One optimizer step over this rank's micro-batches, without waiting on the device."""
@@ -501,7 +504,7 @@ class Trainer:
                 for k in ("mlm_positions", "mlm_labels", "nsp_positions", "nsp_labels"):
                     torch._dynamo.maybe_mark_dynamic(inputs[k], 0)  # (a size of 0 or 1 may specialize: no error)
             self.shapes.add(tuple(inputs["input_ids"].shape))
-            if self.cfg.compile_mode == "reduce-overhead":
+            if self.cfg.compile_mode in ("reduce-overhead", "max-autotune"):  # both modes replay CUDA graphs
                 torch.compiler.cudagraph_mark_step_begin()  # a new replay: the last one's outputs were read (stats) already
             sync = contextlib.nullcontext() if dist.world == 1 or i == len(micro) - 1 else self.wrapped.no_sync()
             with sync:

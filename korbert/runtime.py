@@ -34,7 +34,7 @@ def cpu_has_bf16() -> bool:
 
 
 def resolve_precision(want: str, cuda: bool) -> str:
-    """--precision auto|bf16|fp32 on this device -> "bf16" or "fp32"."""
+    """--precision auto|bf16|bf16-stream|fp32 on this device -> that, auto resolved to "bf16" or "fp32"."""
     if want != "auto":
         return want
     return "bf16" if cuda or cpu_has_bf16() else "fp32"

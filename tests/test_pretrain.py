@@ -128,6 +128,44 @@ def test_bf16_on_cpu_trains_like_fp32_and_is_its_own_run(shards_dir, tmp_path):
     assert {t.dtype for t in w.values()} == {torch.float32}
 
 
+def test_bf16_stream_keeps_layernorm_outputs_in_bf16_and_changes_nothing_else(shards_dir, tmp_path):
+    """--precision bf16-stream: under bf16 autocast every LayerNorm returns bf16 (autocast alone keeps the
+    residual stream fp32: CUDA's autocast runs layer_norm in fp32, and the fp32 embeddings feed it); without autocast the model is the plain one, bit for bit;
+    the parameters and their names are the same; a run with it is its own run and learns as bf16 does."""
+    from korbert.model import Bf16StreamLayerNorm, KorBertForPreTraining, bert_config, bf16_residual_stream
+
+    reader_batch = make_batch(__import__("corpus_tools.shard_format", fromlist=["open_shards"]).open_shards(shards_dir, verify=False),
+                              [np.array([i]) for i in range(8)], seed=0, epoch=0)
+    torch.manual_seed(0)
+    plain = KorBertForPreTraining(bert_config("tiny", 3000, 128, {"hidden_size": 64, "intermediate_size": 128})).eval()
+    stream = KorBertForPreTraining(plain.config).eval()
+    stream.load_state_dict(plain.state_dict())
+    bf16_residual_stream(stream)
+    assert sum(isinstance(m, Bf16StreamLayerNorm) for m in stream.modules()) == 2 * 2 + 2  # 2 per layer, embeddings, MLM head
+    assert stream.state_dict().keys() == plain.state_dict().keys()
+
+    def run(model, autocast):
+        dtypes = []
+        hooks = [m.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype)) for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            o = model(**{k: reader_batch[k] for k in MODEL_INPUTS}, packed=False, sparse=True)
+        for h in hooks:
+            h.remove()
+        return float(o.mlm_loss_sum + o.nsp_loss_sum), set(dtypes)
+
+    assert run(stream, False) == run(plain, False)  # fp32: the same model
+    (a, da), (b, db) = run(plain, True), run(stream, True)
+    assert torch.float32 in da and db == {torch.bfloat16}  # plain: the residual stream's LayerNorms return fp32
+    assert a != b and abs(a - b) / abs(a) < 0.02, (a, b)
+    common = dict(max_steps=12, log_every=4)
+    bf = main(cfg(shards_dir, tmp_path / "bf16", precision="bf16", **common))
+    st = main(cfg(shards_dir, tmp_path / "stream", precision="bf16-stream", **common))
+    x, y = losses(tmp_path / "bf16"), losses(tmp_path / "stream")
+    assert x != y and all(abs(p - q) < 0.05 for p, q in zip(x, y)), (x, y)
+    assert bf["run_key"] != st["run_key"]
+    assert json.loads((tmp_path / "stream" / "config.json").read_text())["run"]["precision_used"] == "bf16-stream"
+
+
 def test_auto_precision_trains_exactly_as_what_it_resolves_to(shards_dir, tmp_path):
     """--precision auto is not a label: its run is step for step the run of the precision it names in
     config.json, and the other precision gives other losses (so the setting reaches the step)."""
