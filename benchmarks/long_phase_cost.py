@@ -7,6 +7,7 @@ the median of each is reported, with the ratio 512 / 128 (1.0: free; 0.85: the 1
     korbert shards --inputs TEXT --max-seq-len 512 --out runs/bench/long512
     python benchmarks/long_phase_cost.py --shards runs/bench/long128 --long-shards runs/bench/long512
     python benchmarks/long_phase_cost.py ... --device cuda --compile --tokens-per-batch 65536 --steps 40 --rounds 2   # on a GPU
+    python benchmarks/long_phase_cost.py ... --override attention_probs_dropout_prob=0   # without attention dropout
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def run(a, shards: str, out: Path) -> dict:
     pretrain(PretrainConfig(
         shards=shards, out=str(out), model_size=a.model_size, tokens_per_batch=a.tokens_per_batch, pack=True, max_steps=2 * half,
         log_every=half, eval_every=0, eval_instances=64, save_every=10**9, force=True, lr=1e-4, seed=0, device=a.device, compile=a.compile,
+        override=a.override,
     ))
     last = json.loads((out / "log.jsonl").read_text().splitlines()[-1])
     return {"tokens_per_s": last["tokens_per_s"], "tflops": last["tflops"], "padding": last["padding"], "mfu": last.get("mfu")}
@@ -50,6 +52,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--compile", action="store_true", help="torch.compile (fixed shapes: one graph per length)")
+    ap.add_argument("--override", nargs="*", default=[], help="BertConfig fields for both runs, e.g. attention_probs_dropout_prob=0")
     ap.add_argument("--out", default="benchmarks/results/pretrain-long-phase-cost.json")
     a = ap.parse_args()
     load = [os.getloadavg()[0]]
@@ -62,7 +65,7 @@ def main() -> None:
             "stage": "pretrain", "what": f"tokens/s of BERT-{a.model_size} pretraining on {lens['long']}-token packed rows vs {lens['short']} (same tokens per step)",
             "command": "python " + " ".join(sys.argv), "machine": machine(), "load_average_1min_before_after": load + [os.getloadavg()[0]],
             "device": torch.cuda.get_device_name() if a.device != "cpu" and torch.cuda.is_available() else "cpu", "compile": a.compile,
-            "model_size": a.model_size, "shards": a.shards, "long_shards": a.long_shards, "max_seq_len": lens, "tokens_per_batch": a.tokens_per_batch,
+            "model_size": a.model_size, "override": a.override, "shards": a.shards, "long_shards": a.long_shards, "max_seq_len": lens, "tokens_per_batch": a.tokens_per_batch,
             "runs": runs, "median_tokens_per_s": med, "partial": partial,
         }
         if len(med) == 2:
