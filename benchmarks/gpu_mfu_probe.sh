@@ -25,6 +25,7 @@ if [ -f "$C/shards.tar.xz" ]; then
 else
   S=$G/long/long128
 fi
+[ -f "$S/manifest.json" ] || { echo "no shards: the carry $C has neither shards.tar.xz nor long.tar.xz"; exit 1; }
 { nvidia-smi -L; nproc; python3 -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__)"; } 2>&1 | tee "$O/device-probe.txt"
 long_cost() {  # SIZE SECONDS SUFFIX
   [ -f "$G/long/long512/manifest.json" ] && [ "$2" -gt 0 ] || return 0

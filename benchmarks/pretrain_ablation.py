@@ -125,7 +125,7 @@ def main() -> None:
     ap.add_argument("--work", default="runs/ablation")
     ap.add_argument("--vocab-from", default="", help="a finished vocab folder of --vocab-size over the same corpus to reuse (e.g. runs/cpu/vocab)")
     ap.add_argument("--shards-from", default="", help="finished document-instance shards of that vocab to reuse (e.g. runs/cpu/shards)")
-    ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"],
+    ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "bf16-stream", "fp32"],
                     help="korbert pretrain --precision (rows record what ran; rows before this option ran fp32)")
     ap.add_argument("--jobs", type=int, default=2, help="variants run side by side, one thread each")
     ap.add_argument("--out", default="benchmarks/results/pretrain-ablation.json")

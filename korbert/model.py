@@ -131,10 +131,12 @@ class KorBertForPreTraining(BertForPreTraining):
 class Bf16StreamLayerNorm(torch.nn.LayerNorm):
     """LayerNorm that, under bf16 autocast, returns bf16 (statistics still in fp32 inside the kernel).
 
-    Autocast runs layer_norm in fp32 and returns fp32, so BERT's residual stream (each LayerNorm's output,
-    added to the next sub-layer's output) stays fp32 between the bf16 matmuls: every add, dropout and
-    LayerNorm moves 4 bytes per value forward and backward. With this, it moves 2, as in Megatron-style
-    bf16 training; the weights, optimizer and losses stay fp32. Same parameters, same state dict."""
+    Under autocast BERT's residual stream (each LayerNorm's output, added to the next sub-layer's output)
+    stays fp32 between the bf16 matmuls: CUDA's autocast runs layer_norm in fp32 and returns fp32, and
+    on any device the embeddings' sum is fp32. So every add, dropout and LayerNorm moves 4 bytes per value
+    forward and backward. With this, it moves 2, as in Megatron-style bf16 training. The weights, the
+    optimizer and the losses stay fp32 (the LayerNorms' own weight gradients arrive through bf16 before
+    they are accumulated in fp32). Same parameters, same state dict."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not torch.is_autocast_enabled(x.device.type):
@@ -147,7 +149,7 @@ class Bf16StreamLayerNorm(torch.nn.LayerNorm):
 def bf16_residual_stream(model: torch.nn.Module) -> torch.nn.Module:
     """Every LayerNorm of `model` becomes a Bf16StreamLayerNorm (in place; --precision bf16-stream)."""
     for m in model.modules():
-        if type(m) is torch.nn.LayerNorm:
+        if type(m) is torch.nn.LayerNorm and m.elementwise_affine and m.bias is not None:  # BERT's all are
             m.__class__ = Bf16StreamLayerNorm
     return model
 

@@ -128,14 +128,15 @@ def test_bf16_on_cpu_trains_like_fp32_and_is_its_own_run(shards_dir, tmp_path):
     assert {t.dtype for t in w.values()} == {torch.float32}
 
 
-def test_bf16_stream_keeps_layernorm_outputs_in_bf16_and_changes_nothing_else(shards_dir, tmp_path):
+def test_bf16_stream_keeps_layernorm_outputs_in_bf16_and_changes_nothing_else(shards_dir, tmp_path, monkeypatch):
     """--precision bf16-stream: under bf16 autocast every LayerNorm returns bf16 (autocast alone keeps the
     residual stream fp32: CUDA's autocast runs layer_norm in fp32, and the fp32 embeddings feed it); without autocast the model is the plain one, bit for bit;
     the parameters and their names are the same; a run with it is its own run and learns as bf16 does."""
     from korbert.model import Bf16StreamLayerNorm, KorBertForPreTraining, bert_config, bf16_residual_stream
 
-    reader_batch = make_batch(__import__("corpus_tools.shard_format", fromlist=["open_shards"]).open_shards(shards_dir, verify=False),
-                              [np.array([i]) for i in range(8)], seed=0, epoch=0)
+    from corpus_tools.shard_format import open_shards
+
+    reader_batch = make_batch(open_shards(shards_dir, verify=False), [np.array([i]) for i in range(8)], seed=0, epoch=0)
     torch.manual_seed(0)
     plain = KorBertForPreTraining(bert_config("tiny", 3000, 128, {"hidden_size": 64, "intermediate_size": 128})).eval()
     stream = KorBertForPreTraining(plain.config).eval()
@@ -159,7 +160,11 @@ def test_bf16_stream_keeps_layernorm_outputs_in_bf16_and_changes_nothing_else(sh
     assert a != b and abs(a - b) / abs(a) < 0.02, (a, b)
     common = dict(max_steps=12, log_every=4)
     bf = main(cfg(shards_dir, tmp_path / "bf16", precision="bf16", **common))
+    seen, forward = [], Bf16StreamLayerNorm.forward  # the training loop's LayerNorms: swapped, and under autocast
+    monkeypatch.setattr(Bf16StreamLayerNorm, "forward", lambda self, x: seen.append(forward(self, x).dtype) or forward(self, x))
     st = main(cfg(shards_dir, tmp_path / "stream", precision="bf16-stream", **common))
+    monkeypatch.undo()
+    assert seen and set(seen) == {torch.bfloat16}, set(seen)
     x, y = losses(tmp_path / "bf16"), losses(tmp_path / "stream")
     assert x != y and all(abs(p - q) < 0.05 for p, q in zip(x, y)), (x, y)
     assert bf["run_key"] != st["run_key"]
