@@ -110,17 +110,17 @@ def write_profile(prof, out: Path, first: int, last: int, started: float, cuda: 
     else:
         rows = [(e.key, e.self_cpu_time_total, e.count) for e in avgs]
         sort = "self_cpu_time_total"
-    busy = sum(t for _, t, _ in rows) / 1e6 or 1e-9
+    rows = [(name, t, c, profile_kind(name)) for name, t, c in rows]
+    busy = sum(r[1] for r in rows) / 1e6 or 1e-9
     by_kind: dict[str, float] = {}
-    for name, t, _ in rows:
-        kind = profile_kind(name)
+    for _, t, _, kind in rows:
         by_kind[kind] = by_kind.get(kind, 0.0) + t / 1e6
     rows.sort(key=lambda r: -r[1])
     result = {
         "steps": [first, last], "device": "cuda kernels" if cuda else "cpu operators (self time)",
         "wall_seconds": round(wall_seconds, 4), "busy_seconds": round(busy, 4), "busy_share_of_wall": round(busy / max(wall_seconds, 1e-9), 4),
         "by_kind": {k: {"seconds": round(v, 4), "share": round(v / busy, 4)} for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
-        "top": [{"name": n[:200], "kind": profile_kind(n), "seconds": round(t / 1e6, 5), "share": round(t / 1e6 / busy, 4), "calls": c} for n, t, c in rows[:30]],
+        "top": [{"name": n[:200], "kind": kind, "seconds": round(t / 1e6, 5), "share": round(t / 1e6 / busy, 4), "calls": c} for n, t, c, kind in rows[:30]],
     }
     atomic_write_json(out / "profile.json", result)  # (makes out/ if needed)
     atomic_write_bytes(out / "profile.txt", (avgs.table(sort_by=sort, row_limit=40, max_name_column_width=90) + "\n").encode())
