@@ -38,7 +38,7 @@ SHARED = ROOT.parent / "shared" / "data"
 def nsmc_features(model: str, n: int, max_len: int, features: str):
     from evals import features as F
     from evals.data import read_nsmc
-    from evals.finetune import open_folder
+    from korbert.folders import open_folder
     from evals.nsmc import split_train
 
     mf = open_folder(model)
@@ -53,7 +53,7 @@ def nsmc_features(model: str, n: int, max_len: int, features: str):
 def korquad_features(model: str, n: int, features: str):
     from evals import features as F
     from evals.data import read_squad, split_articles, squad_examples
-    from evals.finetune import open_folder
+    from korbert.folders import open_folder
 
     mf = open_folder(model)
     path = str(SHARED / "korquad" / "KorQuAD_v1.0_dev.json")

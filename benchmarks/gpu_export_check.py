@@ -14,6 +14,7 @@ import torch
 from transformers import BertForPreTraining
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from corpus_tools.masking import masked_instance  # noqa: E402
 from corpus_tools.shard_format import open_shards  # noqa: E402
 
 final, shards = Path(sys.argv[1]), sys.argv[2]
@@ -26,7 +27,7 @@ if "id_map" in reader.manifest:
     from korbert import foreign
     from corpus_tools.shard_format import tokenizer_dir
 
-    own = foreign.id_map(foreign.load(tokenizer_dir(Path(shards)), shards)).argsort()
+    own = foreign.own_ids(foreign.load(tokenizer_dir(Path(shards)), shards))
 hit = total = 0
 n = min(n_max, len(reader))
 
@@ -37,7 +38,7 @@ def row(x, ids: bool = False) -> torch.Tensor:  # one instance as a batch of one
 
 
 for i in range(n):
-    it = reader.masked(i, np.random.default_rng([1234, i]))
+    it = masked_instance(reader, i, seed=1234)
     with torch.no_grad():
         out = model(input_ids=row(it["input_ids"], ids=True), token_type_ids=row(it["token_type_ids"]))
     labels = np.asarray(it["labels"], dtype=np.int64)

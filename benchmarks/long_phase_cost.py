@@ -26,7 +26,8 @@ import torch._dynamo
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
-from korbert.pretrain import PretrainConfig, main as pretrain  # noqa: E402
+from korbert.pretrain import main as pretrain  # noqa: E402
+from korbert.pretrain_config import PretrainConfig  # noqa: E402
 
 
 def run(a, shards: str, out: Path) -> dict:

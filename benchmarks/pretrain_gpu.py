@@ -23,7 +23,7 @@ On one GPU, for each model size (default BERT-small and BERT-base, sequence leng
 
 tokens/s counts real (non-padding) tokens; MFU = model FLOPs (korbert.model.step_flops: encoder on
 real tokens, attention over each instance, the MLM head at the predicted positions) / time / the
-device's bf16 dense peak (korbert.pretrain.peak_flops). Peak memory is torch's max allocated.
+device's bf16 dense peak (korbert.runtime.peak_flops). Peak memory is torch's max allocated.
 Runs stop early when --max-seconds is near (the rest are recorded as skipped).
 
     python benchmarks/pretrain_gpu.py --shards runs/cpu/shards --out $OUT/pretrain-gpu-throughput.json
@@ -52,7 +52,9 @@ from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
 from corpus_tools.shard_format import open_shards  # noqa: E402
 from korbert.data import BatchPlan, PretrainingDataset, instance_lengths  # noqa: E402
 from korbert.model import KorBertForPreTraining, bert_config, step_flops  # noqa: E402
-from korbert.pretrain import PretrainConfig, main as pretrain, peak_flops  # noqa: E402
+from korbert.pretrain import main as pretrain  # noqa: E402
+from korbert.pretrain_config import PretrainConfig  # noqa: E402
+from korbert.runtime import peak_flops  # noqa: E402
 from pretrain_throughput import dense, stats  # noqa: E402
 
 

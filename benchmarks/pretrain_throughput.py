@@ -41,7 +41,8 @@ from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
 from corpus_tools.shard_format import open_shards  # noqa: E402
 from korbert.data import BatchPlan, PretrainingDataset, instance_lengths  # noqa: E402
 from korbert.model import KorBertForPreTraining, bert_config, step_flops  # noqa: E402
-from korbert.pretrain import MODEL_INPUTS, cpu_has_bf16  # noqa: E402
+from korbert.heldout import MODEL_INPUTS  # noqa: E402
+from korbert.runtime import cpu_has_bf16  # noqa: E402
 
 
 def dense(b: dict, length: int | None = None) -> dict:

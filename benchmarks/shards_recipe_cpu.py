@@ -37,7 +37,11 @@ from corpus_tools.shard_format import MaskConfig, shard_columns
 from korbert.tokenizer import KorBertTokenizer
 tokenizer, batches = sys.argv[1], pickle.load(open(sys.argv[2], "rb"))
 tok = KorBertTokenizer.from_pretrained(tokenizer)
-cfg = S.ShardsConfig(tokenizer=tokenizer, inputs=[], out="")
+try:
+    from corpus_tools.shards_config import ShardsConfig
+except ImportError:  # a revision before the settings had their own module
+    ShardsConfig = S.ShardsConfig
+cfg = ShardsConfig(tokenizer=tokenizer, inputs=[], out="")
 columns = shard_columns(len(tok), cfg.max_seq_len, cfg.masking, True)
 with tempfile.TemporaryDirectory(prefix="recipe-bench-") as tmp:
     try:
@@ -59,7 +63,7 @@ def encode(a) -> tuple[Path, int]:
         from corpus_tools.pairs import is_valid as _is_valid
     except ImportError:  # a checkout from before corpus_tools/pairs.py
         from corpus_tools.shards import _is_valid
-    from corpus_tools.shards import ShardsConfig
+    from corpus_tools.shards_config import ShardsConfig
     from corpus_tools.text import clean, iter_documents
     from korbert.tokenizer import KorBertTokenizer
 

@@ -48,7 +48,7 @@ def peak_rss_mb() -> float:
 
 def cleaned_texts(path: Path, fields: list[str]) -> tuple[list[str], int]:
     """The texts the stage will see (same reader, same cleaning, same filters) and the input bytes."""
-    from corpus_tools.shards import ShardsConfig
+    from corpus_tools.shards_config import ShardsConfig
     from corpus_tools.text import ReadStats, clean, iter_documents
 
     d = ShardsConfig()
@@ -63,7 +63,8 @@ def cleaned_texts(path: Path, fields: list[str]) -> tuple[list[str], int]:
 
 def throughput(a) -> dict:
     from corpus_tools.morph import default_threads, get_kiwi, kiwi_version
-    from corpus_tools.shards import ShardsConfig, main
+    from corpus_tools.shards import main
+    from corpus_tools.shards_config import ShardsConfig
     from korbert.tokenizer import KorBertTokenizer
 
     threads = default_threads()
@@ -163,7 +164,8 @@ def throughput(a) -> dict:
 
 
 def full(a) -> dict:
-    from corpus_tools.shards import ShardsConfig, main
+    from corpus_tools.shards import main
+    from corpus_tools.shards_config import ShardsConfig
 
     cfg = ShardsConfig(tokenizer=a.tokenizer, inputs=[a.reviews, a.petitions], out=a.out, show=2, force=True)
     with gzip.open(a.reviews, "rb") as f1, gzip.open(a.petitions, "rb") as f2:

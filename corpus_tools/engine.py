@@ -33,27 +33,30 @@ def run_dask(task: Callable, job, todo: Iterator[tuple[Piece, bytes | None]], cf
 
     import dask
 
-    cluster = None
+    cluster = client = None
     environ_before = dict(os.environ)  # a Nanny sets its workers' variables (OMP_NUM_THREADS=1, ...) in this process too
-    if cfg.workers:
-        # The workers started here run without two Dask defaults that cost this CPU-bound work: the
-        # nanny's MALLOC_TRIM_THRESHOLD_=65536 (memory handed back to the OS and faulted in again: twice
-        # the system time, ~5% of the wall time on 2 cores, measured) and the profiler that samples
-        # every task's stack each 10 ms. A cluster of your own: see docs/shards.md.
-        environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items() if k != "MALLOC_TRIM_THRESHOLD_"}
-        with dask.config.set({"distributed.worker.profile.enabled": False, "distributed.nanny.pre-spawn-environ": environ}):
-            cluster = LocalCluster(
-                n_workers=cfg.workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
-                memory_limit=0, silence_logs=40,
-            )
     try:
-        client = Client(cluster if cluster is not None else cfg.scheduler, timeout="60s")
-    except OSError as e:
-        if cluster is not None:
-            cluster.close()
-        raise InputError(f"--scheduler {cfg.scheduler}: cannot connect ({e})") from None
-    run = uuid.uuid4().hex[:8]
-    try:
+        if cfg.workers:
+            # The workers started here run without two Dask defaults that cost this CPU-bound work: the
+            # nanny's MALLOC_TRIM_THRESHOLD_=65536 (memory handed back to the OS and faulted in again: twice
+            # the system time, ~5% of the wall time on 2 cores, measured) and the profiler that samples
+            # every task's stack each 10 ms. A cluster of your own: see docs/shards.md.
+            environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items() if k != "MALLOC_TRIM_THRESHOLD_"}
+            try:
+                with dask.config.set({"distributed.worker.profile.enabled": False, "distributed.nanny.pre-spawn-environ": environ}):
+                    cluster = LocalCluster(
+                        n_workers=cfg.workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+                        memory_limit=0, silence_logs=40,
+                    )
+                client = Client(cluster, timeout="60s")
+            except Exception as e:  # whatever stopped the scheduler, a nanny or a worker from starting
+                raise InputError(f"--workers {cfg.workers}: the local Dask cluster did not start ({_root_cause(e)})") from None
+        else:
+            try:
+                client = Client(cfg.scheduler, timeout="60s")
+            except OSError as e:
+                raise InputError(f"--scheduler {cfg.scheduler}: cannot connect ({e})") from None
+        run = uuid.uuid4().hex[:8]
         workers = len(client.scheduler_info()["workers"]) or 1
         print(f"shards: {workers} Dask worker(s) at {client.scheduler.address}", file=sys.stderr)
         queue = as_completed()
@@ -89,10 +92,19 @@ def run_dask(task: Callable, job, todo: Iterator[tuple[Piece, bytes | None]], cf
             yield piece, record
             submit_next()
     finally:
-        client.close()
+        if client is not None:
+            client.close()
         if cluster is not None:
             cluster.close()
         _restore_environ(environ_before)
+
+
+def _root_cause(e: BaseException) -> str:
+    """The first exception of a chain (`raise ... from`), on one line: "ModuleNotFoundError: No module named 'x'"."""
+    while e.__cause__ is not None:
+        e = e.__cause__
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
 def _restore_environ(before: dict) -> None:

@@ -20,11 +20,11 @@ The recipe (google-research/bert create_pretraining_data.py, on token slices):
     BERT's rule exactly;
   * the longer of A/B loses tokens, front or back at random, until the pair fits (a sentence longer
     than the budget is simply truncated with the rest); `[CLS] A [SEP] B [SEP]`;
-  * MLM (`mask_tokens`, one function for both modes): round(15%) of the non-special tokens (>= 1),
-    whole units (`mask_unit` token|morpheme|eojeol) at a time; each chosen token becomes [MASK] 80%,
-    a random *normal* piece 10%, itself 10%. `static` writes `dupe_factor` differently masked
-    copies; `dynamic` (default) writes unmasked pairs plus unit ids, and the pretraining loader calls
-    `mask_tokens` anew every epoch (see `ShardReader.masked`).
+  * MLM (`corpus_tools.masking.mask_batch`, one function for both modes): round(15%) of the
+    non-special tokens (>= 1), whole units (`mask_unit` token|morpheme|eojeol) at a time; each chosen
+    token becomes [MASK] 80%, a random *normal* piece 10%, itself 10%. `static` writes `dupe_factor`
+    differently masked copies; `dynamic` (default) writes unmasked pairs plus unit ids, and the
+    pretraining loader calls `mask_batch` anew every epoch (korbert/data.py).
 
 "Random B from another document": BERT draws from the whole corpus, which a stream cannot. Here B
 comes from a seeded uniform pick among the *earlier* documents of the same shard and split, a pool
@@ -43,14 +43,13 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_left, bisect_right
 from collections import Counter, deque
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
 from corpus_tools.shard_format import CLS, GOLDEN, MASK, SEP, UNK, mix64, to_unit
+from corpus_tools.shards_config import ShardsConfig
 
-if TYPE_CHECKING:
-    from corpus_tools.shards import ShardsConfig
 
 DRAWS = 8  # document instances: a document's first 8 random choices come from counter-based uniforms (`Draws`)
 
@@ -259,7 +258,7 @@ def build_instance(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """ids [la + lb + 3] = [CLS] A [SEP] B [SEP]; units [same] or None: the document's unit ids
     shifted to start at 0 in A and past A's last one in B (so A and B never share a unit), -1 on
-    the specials. Only runs of equal ids matter to `mask_tokens`. The dtypes are the shard
+    the specials. Only runs of equal ids matter to `mask_batch`. The dtypes are the shard
     columns' (`shard_columns`): the instance is built as it is stored."""
     la, lb = a1 - a0, b1 - b0
     ids = np.empty(la + lb + 3, dtype=ids_dtype)

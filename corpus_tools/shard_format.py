@@ -1,5 +1,6 @@
 """The shard format: the columns the shards stage writes, the reader the pretraining loader uses,
-and the masking both share (static shards mask when written, dynamic ones when read).
+and the masking's settings (the masking itself: corpus_tools/masking.py; static shards are masked
+when written, dynamic ones when read).
 
 Shard format 2 (`open_shards` reads formats 1 and 2; plain .npy files, no pickles, np.load(mmap_mode="r")):
 
@@ -32,7 +33,6 @@ Nothing here needs Kiwi or korbert.tokenizer: a pretraining machine reads shards
 from __future__ import annotations
 
 import os
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +61,7 @@ def shard_columns(vocab_size: int, max_seq_len: int, masking: str, units: bool) 
 
 
 # ---------------------------------------------------------------------------------------------
-# Masking: one function for static shards and for the dynamic loader
+# The masking's settings and random numbers (the masking itself: corpus_tools/masking.py)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -116,74 +116,6 @@ def special_mask_of(ids: np.ndarray) -> np.ndarray:
     return (ids == CLS) | (ids == SEP) | (ids == PAD)
 
 
-def mask_tokens(
-    ids: np.ndarray, special_mask: np.ndarray, unit_ids: np.ndarray | None, rng: np.random.Generator, cfg: MaskConfig
-) -> tuple[np.ndarray, np.ndarray]:
-    """BERT masking. ids int [n], any integer dtype that holds every id (uint16 shards: the
-    vocabulary has <= 65,536 ids, so the random pieces, drawn as int64 whatever the dtype so the
-    draws do not depend on it, fit); special_mask bool [n] (never masked); unit_ids int [n] or None
-    (tokens with the same id in a run are one unit, masked together; None = every token alone).
-
-    Returns (input_ids [n], same dtype as ids; labels int32 [n]: the original id where a token is to
-    be predicted, -100 elsewhere). round(mask_prob * non-special tokens) tokens, at least 1, are
-    chosen unit by unit in random order, skipping units that would overshoot (as BERT's whole-word
-    masking does); each chosen token: [MASK] 80%, unchanged 10%, random normal piece 10%.
-    """
-    ids = np.asarray(ids)
-    labels = np.full(ids.shape, IGNORE, dtype=np.int32)
-    cand = np.flatnonzero(~special_mask)  # positions that may be masked
-    m = cand.size
-    if m == 0:
-        return ids.copy(), labels
-    k = max(1, int(round(m * cfg.mask_prob)))
-    if unit_ids is None:
-        pos = rng.permutation(cand)[:k]
-    else:
-        # (plain slicing instead of np.diff/concatenate: this runs once per instance in every DataLoader worker)
-        u = np.asarray(unit_ids)[cand]
-        starts = np.empty(m, dtype=bool)
-        starts[0] = True
-        np.not_equal(u[1:], u[:-1], out=starts[1:])
-        first = np.flatnonzero(starts)  # [units] where each unit starts in cand
-        sizes = np.empty_like(first)  # [units]
-        sizes[:-1] = first[1:] - first[:-1]
-        sizes[-1] = m - first[-1]
-        order = rng.permutation(first.size)
-        total = np.cumsum(sizes[order])
-        n = int(np.searchsorted(total, k, side="right"))  # whole units that fit, in random order
-        pick = np.zeros(first.size, dtype=bool)
-        pick[order[:n]] = True
-        left = k - (int(total[n - 1]) if n else 0)
-        if left:
-            rest = order[n + 1 :]
-            for j, size in zip(rest.tolist(), sizes[rest].tolist()):  # the next unit overshot: keep trying smaller ones
-                if size <= left:
-                    pick[j] = True
-                    left -= size
-                    if left == 0:
-                        break
-        pos = cand[np.repeat(pick, sizes)]
-    out = ids.copy()
-    labels[pos] = ids[pos]
-    r = rng.random(pos.size)
-    out[pos[r < cfg.mask_share]] = cfg.mask_id
-    rand = pos[r >= cfg.mask_share + cfg.keep_share]
-    out[rand] = rng.integers(cfg.random_low, cfg.random_high, size=rand.size)
-    return out, labels
-
-
-def mask_stats(inputs: np.ndarray, labels: np.ndarray, special: np.ndarray, mask_id: int) -> Counter:
-    """Counts that check the recipe: candidates, masked, and how the masked tokens were replaced."""
-    m = labels != IGNORE
-    got, want = inputs[m], labels[m]
-    as_mask = int((got == mask_id).sum())
-    as_keep = int((got == want).sum())
-    return Counter(
-        candidate_tokens=int((~special).sum()), masked=int(m.sum()),
-        as_mask=as_mask, as_keep=as_keep, as_random=int(m.sum()) - as_mask - as_keep,
-    )
-
-
 # ---------------------------------------------------------------------------------------------
 # Writing shards
 # ---------------------------------------------------------------------------------------------
@@ -198,12 +130,6 @@ class ShardWriter:
         self.cols = {c: NpyWriter(folder / f"{name}.{c}.npy", t) for c, t in columns.items()}  # one .npy writer for shards and `korbert embed`
         self.cols["offsets"].append([0])
         self.instances = self.tokens = 0
-
-    def append(self, batch: dict[str, list]) -> None:
-        """batch: per column a list over instances (arrays for tokens/labels/units, ints for the rest)."""
-        lengths = np.fromiter((len(x) for x in batch["tokens"]), np.int64, len(batch["tokens"]))
-        per_token = ("tokens", "labels", "units")
-        self.append_flat(lengths, {c: np.concatenate(v) if c in per_token else v for c, v in batch.items() if c in self.cols})
 
     def append_flat(self, lengths: np.ndarray, columns: dict) -> None:
         """Instances of `lengths` tokens each, their per-token columns already concatenated."""
@@ -311,15 +237,6 @@ class ShardReader:
                 vals[sel] = self.columns(k)[col][flat[sel]]
             out[name] = vals
         return out
-
-    def masked(self, i: int, rng: np.random.Generator) -> dict:
-        """Instance i with input_ids/labels ready for the MLM loss: stored masks (static) or a fresh
-        draw of `mask_tokens` (dynamic: call every epoch with a new rng)."""
-        item = self[i]
-        if "labels" not in item:
-            ids = item["input_ids"]
-            item["input_ids"], item["labels"] = mask_tokens(ids, special_mask_of(ids), item.get("unit_ids"), rng, self.mask_config)
-        return item
 
 
 def open_shards(folder: str | os.PathLike, tokenizer_hash: str | None = None, split: str = "train", verify: bool = True) -> ShardReader:

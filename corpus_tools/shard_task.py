@@ -6,7 +6,7 @@ them (every skip counted by reason), encodes them in batches with `KorBertTokeni
 BERT's recipe (corpus_tools/pairs.py) and writes the piece's train and valid shard files
 (`ShardChunk`). Pipelined: Kiwi's threads analyse batch k+1 while Python turns batch k into
 instances. The output depends on the piece alone; the record it returns (counts, files with their
-sha256, CPU seconds by part) is what the driver (corpus_tools/shards.py) keeps in progress.json.
+sha256, CPU seconds by part) is what the driver (corpus_tools/shards.py) appends to progress.jsonl.
 """
 
 from __future__ import annotations
@@ -16,26 +16,30 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
-from corpus_tools.shard_format import MASK, SPLITS, TOKENIZER_DIR, MaskConfig, ShardWriter, mask_stats, mask_tokens, special_mask_of
+from corpus_tools.masking import SHARDS_EPOCH, document_instances, instance_keys, mask_batch, mask_stats
+from corpus_tools.shard_format import IGNORE, MASK, SPLITS, TOKENIZER_DIR, MaskConfig, ShardWriter
 from corpus_tools.pairs import DRAWS, DocRng, Draws, Packer, Pool, build_instance, build_instances, document_pairs, encoded_docs, is_valid, draw_uniforms
 from corpus_tools.pieces import Piece, document_key, read_piece
 from corpus_tools.text import InputError, ReadStats, clean
+from corpus_tools.shards_config import ShardsConfig
 
-if TYPE_CHECKING:
-    from corpus_tools.shards import ShardsConfig
 
-# dynamic masking: the statistics draw masks for the instances of a sample of the documents (the draws cost CPU
-# on short texts): every document of a shard until DYNAMIC_STATS_FIRST instances are measured, then every DYNAMIC_STATS_EVERY-th
+# dynamic masking: the statistics draw masks (`mask_batch`, as the loader) for the instances of a sample of the
+# documents: every document of a shard until DYNAMIC_STATS_FIRST instances are measured, then every DYNAMIC_STATS_EVERY-th
 DYNAMIC_STATS_FIRST, DYNAMIC_STATS_EVERY = 2048, 64
 
 
 class ShardChunk:
     """The documents of one shard (its train and valid halves): takes encoded batches, writes
-    instances, counts everything; close() -> the record progress.json and the manifest keep."""
+    instances, counts everything; close() -> the record progress and the manifest keep.
+
+    Masks (static shards: every instance; dynamic: the statistics' sample) are one `mask_batch` call
+    per batch and split, instance j of document g keyed by instance_keys(seed, SHARDS_EPOCH,
+    document_instances(g, j)): a document's masks depend on it alone, as its random choices do."""
 
     def __init__(self, name: str, folder: Path, cfg: ShardsConfig, mcfg: MaskConfig, columns: dict[str, str]):
         self.name, self.folder, self.cfg, self.mcfg, self.columns = name, folder, cfg, mcfg, columns
@@ -45,7 +49,7 @@ class ShardChunk:
         self.docs = Counter()  # documents_in, documents_used, sentences, document_tokens
         self.skipped, self.first_skip = Counter(), {}
         self.rng = DocRng(cfg.seed)
-        self.measured = 0  # instances whose masks the statistics have drawn
+        self.measured = 0  # instances whose masks are drawn (static: all)
         self.dtypes = columns["tokens"], columns.get("units", "int16")  # static: units only steer the masks
         self.packers = {s: Packer(cfg, self.dtypes, self.counts[s]) for s in SPLITS} if cfg.instances == "packed" else {}
 
@@ -81,21 +85,22 @@ class ShardChunk:
             measure = static or self.measured < DYNAMIC_STATS_FIRST or g % DYNAMIC_STATS_EVERY == 0
             if batched:  # the first choices from the batch's uniforms, a generator only when more are needed
                 draws = Draws(uniforms[j], lambda g=g: self.rng(g))
-                for pair in document_pairs(doc, pool, draws, max_tokens, cfg.short_seq_prob, counts, split_single):
+                for k, pair in enumerate(document_pairs(doc, pool, draws, max_tokens, cfg.short_seq_prob, counts, split_single)):
                     pairs[split].append((doc, *pair))
-                    if measure:  # the statistics' draw, from the document's generator
-                        self._measure(out[split], *build_instance(doc, *pair[:5], *self.dtypes), draws.generator())
+                    self._key(out[split], g, k, measure)
                 pool.add(doc)
                 continue
             rng = self.rng(g)
             if self.packers:
-                for inst in self.packers[split].add(doc, rng):
-                    self._put(out, split, *inst, rng, measure)
+                for k, inst in enumerate(self.packers[split].add(doc, rng)):
+                    self._put(out[split], *inst, g, k, measure)
                 continue
+            k = 0  # the document's instances over all its copies
             for _ in range(copies):
                 for a0, a1, other, b0, b1, nsp in document_pairs(doc, pool, rng, max_tokens, cfg.short_seq_prob, counts, split_single):
                     ids, units = build_instance(doc, a0, a1, other, b0, b1, *self.dtypes)
-                    self._put(out, split, ids, units, a1 - a0 + 2, nsp, rng, measure)
+                    self._put(out[split], ids, units, a1 - a0 + 2, nsp, g, k, measure)
+                    k += 1
             pool.add(doc)
         if used:
             self.docs.update(documents_used=used, sentences=sentences, document_tokens=tokens)
@@ -110,52 +115,60 @@ class ShardChunk:
         self._write(out)
 
     def _new_columns(self) -> dict:
-        return {s: {"tokens": [], "units": [], "labels": [], "b_start": [], "nsp": [], "seen": ([], [], [])} for s in SPLITS}
+        return {s: {"tokens": [], "units": [], "b_start": [], "nsp": [], "docs": [], "numbers": [], "measure": []} for s in SPLITS}
 
-    def _measure(self, cols: dict, ids, units, rng) -> tuple[np.ndarray, np.ndarray]:
-        """One mask_tokens draw on an instance, kept for the statistics; -> (masked ids, labels)."""
-        special = special_mask_of(ids)  # [CLS], the [SEP]s (document text never holds these ids: see Doc)
-        masked, labels = mask_tokens(ids, special, units, rng, self.mcfg)
-        for lst, x in zip(cols["seen"], (masked, labels, special)):
-            lst.append(x)
-        self.measured += 1
-        return masked, labels
+    def _key(self, cols: dict, doc: int, number: int, measure: bool) -> None:
+        """An instance's masking key (its document's key and its number there) and whether it is masked."""
+        cols["docs"].append(doc)
+        cols["numbers"].append(number)
+        cols["measure"].append(measure)
+        self.measured += measure
 
-    def _put(self, out: dict, split: str, ids, units, b_start: int, nsp: int, rng, measure: bool) -> None:
-        cols = out[split]
-        static = self.cfg.masking == "static"
-        if measure:  # static: the masks written; dynamic: one draw, for the statistics only
-            masked, labels = self._measure(cols, ids, units, rng)
-        cols["tokens"].append(masked if static else ids)
-        cols["labels"].append(labels if static else None)
+    def _put(self, cols: dict, ids, units, b_start: int, nsp: int, doc: int, number: int, measure: bool) -> None:
+        cols["tokens"].append(ids)
         cols["units"].append(units)
         cols["b_start"].append(b_start)
         cols["nsp"].append(nsp)
+        self._key(cols, doc, number, measure)
 
     def _write(self, out: dict) -> None:
+        static = self.cfg.masking == "static"
         for split, cols in out.items():
             if not cols["nsp"]:
                 continue
-            counts, seen, flat = self.counts[split], cols.pop("seen"), cols.pop("flat", None)
-            counts["instances"] += len(cols["nsp"])
+            counts, flat = self.counts[split], cols.pop("flat", None)
+            if flat:
+                lengths, tokens, units = flat[0], flat[1]["tokens"], flat[1]["units"]
+            else:
+                lengths = np.fromiter(map(len, cols["tokens"]), np.int64, len(cols["tokens"]))
+                tokens = np.concatenate(cols["tokens"])
+                units = None if cols["units"][0] is None else np.concatenate(cols["units"])
+            labels = None
+            measure = np.array(cols["measure"], bool)
+            if measure.any():  # static: the masks written; dynamic: one draw, for the statistics only
+                sel = slice(None) if measure.all() else np.repeat(measure, lengths)
+                ids = tokens[sel]
+                docs, numbers = np.array(cols["docs"], np.uint64)[measure], np.array(cols["numbers"], np.uint64)[measure]
+                keys = instance_keys(self.cfg.seed, SHARDS_EPOCH, document_instances(docs, numbers))
+                masked_ids, masked = mask_batch(ids, lengths[measure], keys, None if units is None else units[sel], self.mcfg)
+                counts.update(mask_stats(ids, masked_ids, masked, self.mcfg.mask_id))
+                if static:  # (every instance measured)
+                    labels = np.where(masked, ids.astype(np.int32), IGNORE)
+                    tokens = masked_ids.astype(tokens.dtype)
+            counts["instances"] += len(lengths)
             counts["random_next"] += sum(x > 0 for x in cols["nsp"])
-            counts["tokens"] += int(flat[0].sum()) if flat else sum(map(len, cols["tokens"]))
-            if seen[0]:
-                counts.update(mask_stats(*(np.concatenate(x) for x in seen), self.mcfg.mask_id))
+            counts["tokens"] += int(lengths.sum())
             if split not in self.writers:
                 self.writers[split] = ShardWriter(self.folder, f"{split}-{self.name}", self.columns)
-            if flat:
-                self.writers[split].append_flat(flat[0], {**flat[1], "b_start": cols["b_start"], "nsp": cols["nsp"]})
-            else:
-                self.writers[split].append(cols)
+            self.writers[split].append_flat(lengths, {"tokens": tokens, "units": units, "labels": labels, "b_start": cols["b_start"], "nsp": cols["nsp"]})
 
     def close(self) -> dict:
-        if self.packers:  # the instances still open at the end of the shard
+        if self.packers:  # the instances still open at the end of the shard (packed shards are dynamic: not measured)
             out = self._new_columns()
             rng = self.rng(f"end-{self.name}")
             for split, packer in self.packers.items():
                 for inst in packer.finish(rng):
-                    self._put(out, split, *inst, rng, self.cfg.masking == "static")
+                    self._put(out[split], *inst, 0, 0, False)
             self._write(out)
         shards = {s: w.close() for s, w in self.writers.items()}
         return {

@@ -2,7 +2,8 @@
 
     korbert shards --tokenizer runs/vocab --inputs corpus/*.jsonl.gz --out runs/shards
 
-Files, one role each: this module is the driver (config, plan, resume, manifest, report, `--show`);
+Files, one role each: this module is the driver (plan, resume, manifest, report, `--show`);
+corpus_tools/shards_config.py holds its settings;
 corpus_tools/pieces.py cuts the inputs into pieces; corpus_tools/shard_task.py turns one piece into
 one shard (read -> `clean` -> filters, every skip counted by reason -> `KorBertTokenizer.encode_documents`,
 one Kiwi pass per batch -> BERT's recipe -> columns); corpus_tools/pairs.py is BERT's recipe (its rules
@@ -15,18 +16,22 @@ its file's sha256 and the byte offset where it starts (`document_key`): it goes 
 split when a hash of (seed, key) falls below `valid_fraction`, and every random choice for it comes
 from (seed, key) alone: its first `DRAWS` choices from counter-based uniforms (`pairs.draw_uniforms`:
 splitmix64 of seed, key and the draw's number, for a whole batch at once), any further ones (long
-documents), the binomials of truncation and the masks from a PCG64 generator seeded with (seed, key)
-(`Draws`; packed and static shards use the generator alone). So a shard's bytes depend only on its
-piece: the same inputs + options give byte-identical shards in one process (no option), on a local
-Dask cluster (`--workers N`) or on a running one (`--scheduler`), whatever was redone.
+documents) and the binomials of truncation from a PCG64 generator seeded with (seed, key) (`Draws`;
+packed and static shards use the generator alone); the masks of its instances (static shards, the
+statistics) come from the training loader's `mask_batch` keyed by (seed, key, the instance's number
+in the document) (corpus_tools/masking.py). So a shard's bytes depend only on its piece: the same
+inputs + options give byte-identical shards in one process (no option), on a local Dask cluster
+(`--workers N`) or on a running one (`--scheduler`), whatever was redone.
 
 The tasks run here one after the other, or on Dask workers (one Kiwi each: Kiwi cannot be
 pickled); this process plans the pieces (it decompresses .gz inputs and hands their pieces out)
-and records each finished one, with its files' sha256, in `progress.json` (written atomically). A
-restarted run skips the recorded pieces whose files are intact and builds the rest; a task whose
-worker dies is run again by Dask. `manifest.json` is written last.
+and records each finished one, with its files' sha256, as one line appended to `progress.jsonl`
+(flushed and fsynced; a last line torn by a kill is ignored). A restarted run skips the recorded
+pieces whose files are intact and builds the rest; a task whose worker dies is run again by Dask.
+`manifest.json` is written last.
 
-The shard format (columns, dtypes, manifest), its reader and the masking: corpus_tools/shard_format.py.
+The shard format (columns, dtypes, manifest) and its reader: corpus_tools/shard_format.py; the
+masking: corpus_tools/masking.py.
 """
 
 from __future__ import annotations
@@ -37,84 +42,27 @@ import os
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
 
-from corpus_tools import SAMPLE_DATA
 from corpus_tools import config as C
-from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, file_record, read_manifest, sha256_file, write_manifest
+from corpus_tools.artifacts import atomic_write_bytes, file_record, read_manifest, sha256_file, write_manifest
 from corpus_tools.shard_format import (
     FORMAT_VERSION, IGNORE, SPLITS, TOKENIZER_DIR, MaskConfig, tokenizer_dir,
     open_shards, shard_columns,
 )
-from corpus_tools.shard_format import ShardReader, first_normal_id  # noqa: F401  (still importable from here, as before the move)
 from corpus_tools.engine import run_dask, run_here
+from corpus_tools.masking import MASKING_VERSION, masked_instance
 from corpus_tools.morph import default_threads
 from corpus_tools.pieces import Piece, file_id, is_streamed, ranged_pieces, stream_pieces
 from corpus_tools.shard_task import DYNAMIC_STATS_EVERY, DYNAMIC_STATS_FIRST, Job, build_piece
+from corpus_tools.shards_config import ShardsConfig
 from corpus_tools.text import InputError, expand_inputs
 
-PROGRESS = "progress.json"
-
-
-@dataclass
-class ShardsConfig:
-    """Turn raw text into BERT pretraining instances (NSP pairs + MLM) in checksummed shards."""
-
-    tokenizer: str = C.field(
-        "runs/vocab", "tokenizer folder (the output of `korbert vocab`), or a model folder to continue: a korbert final/ or "
-        "any local transformers folder with a fast tokenizer (its own tokens; Kiwi splits the sentences)",
-    )
-    inputs: list[str] = C.field(
-        [str(SAMPLE_DATA / "reviews.jsonl.gz"), str(SAMPLE_DATA / "petitions.jsonl.gz")],
-        "text files, folders or globs: .txt (blank line between documents), .jsonl, optionally .gz",
-    )
-    out: str = C.field("runs/shards", "output folder (shards + manifest.json)")
-    max_seq_len: int = C.field(128, "tokens per instance, [CLS]/[SEP] included")
-    short_seq_prob: float = C.field(0.1, "probability of a shorter random target length (per document)")
-    masking: str = C.field("dynamic", "static: masks written into the shards; dynamic: the loader masks", choices=["static", "dynamic"])
-    dupe_factor: int = C.field(5, "static masking: copies of every document, each with other pairs and masks")
-    mask_prob: float = C.field(0.15, "share of non-special tokens to predict")
-    mask_unit: str = C.field("morpheme", "mask whole units: token, morpheme or eojeol", choices=["token", "morpheme", "eojeol"])
-    single_sentence: str = C.field(
-        "split", "a chunk of one sentence: split: cut it at a random eojeol (else morpheme) boundary into A + B, "
-        "50%% IsNext; random: always NotNext with a random B (BERT)", choices=["split", "random"],
-    )
-    instances: str = C.field(
-        "document", "document: BERT's instances, each from one document; packed: consecutive sentences across document "
-        "boundaries ([SEP] between documents) fill every instance up to max_seq_len (RoBERTa / Cramming)",
-        choices=["document", "packed"],
-    )
-    nsp: bool = C.field(True, "NSP pairs: segments A + B and an IsNext label; --no-nsp (with --instances packed): one segment per instance, no label, for --objective mlm")
-    valid_fraction: float = C.field(0.01, "share of documents held out for validation (by a hash of position and seed)")
-    shard_mb: float = C.field(
-        8.0, "input MB per piece: a piece (a byte range of a file, or a stretch of a .gz stream, cut at a document "
-        "boundary) is one task and one shard, the unit of work and of resume"
-    )
-    pool_tokens: int = C.field(1_000_000, "tokens of recent documents kept to draw random B segments from")
-    text_field: list[str] = C.field(["title", "text"], "JSON Lines field(s) holding the text (joined by a newline)")
-    one_doc_per_line: bool = C.field(False, "plain text: every line is a document (default: blank-line separated)")
-    min_chars: int = C.field(2, "skip documents shorter than this after cleaning (too_short)")
-    max_doc_chars: int = C.field(
-        100_000, "skip longer documents (too_long): Kiwi is quadratic on long runs without spaces (1 MB: ~9 min)"
-    )
-    strict: bool = C.field(False, "fail on the first unusable document instead of counting it")
-    seed: int = C.field(0, "seed for every random choice")
-    workers: int = C.field(0, "build the pieces on a local Dask cluster of this many worker processes, one Kiwi each (0: this process alone)")
-    scheduler: str = C.field("", "build the pieces on a running Dask cluster (tcp://HOST:8786); input and --out must be on a filesystem every worker sees")
-    kiwi_threads: int = C.field(0, "Kiwi threads per process (0: all cores alone, cores / --workers on a local cluster, 1 per worker thread on --scheduler)")
-    batch_chars: int = C.field(262_144, "characters per Kiwi batch (speed only: the output does not depend on it)")
-    batch_docs: int = C.field(2048, "at most this many documents per Kiwi batch (speed only)")
-    force: bool = C.field(False, "rebuild from scratch, discarding what `out` holds")
-    replace: bool = C.field(False, "when `out` holds shards made with other options or inputs, rebuild instead of refusing (same options: kept or resumed)")
-    show: int = C.field(2, "print this many decoded training instances at the end")
-
-    def batch_full(self, docs: int, chars: int) -> bool:
-        """Whether a batch of this many documents and characters goes to Kiwi (2,048 reviews, ~180 petitions)."""
-        return chars >= self.batch_chars or docs >= self.batch_docs
+PROGRESS = "progress.jsonl"  # {"key"}, then {"piece", "record"} per finished piece: appended to, never rewritten
+OLD_PROGRESS = "progress.json"  # what korbert wrote before: one object, rewritten after every piece
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,28 +199,52 @@ def _summarize(chunks: list[dict], nsp: bool = True) -> dict:
 
 def _existing(folder: Path, key: str, force: bool) -> tuple[dict | None, dict]:
     """What `folder` already holds: (its manifest if it is finished with this key, None) and the
-    progress to resume (finished shards whose files are intact). Anything else is refused."""
+    pieces to keep (piece -> record: finished shards whose files are intact). Anything else is refused."""
     if force and folder.is_dir():
-        for p in _shard_files(folder) + [folder / PROGRESS, folder / "manifest.json"]:
+        for p in _shard_files(folder) + [folder / PROGRESS, folder / OLD_PROGRESS, folder / "manifest.json"]:
             p.unlink(missing_ok=True)
-    progress: dict = {"key": key, "chunks": {}}
+    done: dict = {}
     if (folder / "manifest.json").is_file():
         old = read_manifest(folder, "shards")
         if old.get("key") == key:
-            return old, progress
+            return old, done
         raise InputError(f"{folder} holds shards made with other options, inputs or shard format; pass --force to replace them, or choose another --out")
+    if (folder / OLD_PROGRESS).is_file():
+        raise InputError(f"{folder} holds an unfinished run of an older korbert ({OLD_PROGRESS}); pass --force to replace it, or choose another --out")
     if (folder / PROGRESS).is_file():
-        old = json.loads((folder / PROGRESS).read_text(encoding="utf-8"))
-        if old.get("key") != key:
+        old_key, records = _read_progress(folder / PROGRESS)
+        if old_key not in (None, key):  # (None: killed before its first line was whole, so nothing is recorded)
             raise InputError(f"{folder} holds an unfinished run with other options, inputs or shard format; pass --force to replace it, or choose another --out")
-        for k, rec in old["chunks"].items():  # keep a recorded shard only if its files are intact
+        for k, rec in records.items():  # keep a recorded shard only if its files are intact
             files = [(folder / n, d) for sh in rec["shards"].values() for n, d in sh["files"].items()]
             if all(p.is_file() and sha256_file(p) == d for p, d in files):
-                progress["chunks"][k] = rec
-        print(f"{folder}: resuming, {len(progress['chunks'])} shard(s) already done", file=sys.stderr)
+                done[k] = rec
+        print(f"{folder}: resuming, {len(done)} shard(s) already done", file=sys.stderr)
     elif folder.is_dir() and _shard_files(folder):
-        raise InputError(f"{folder} holds shard files but no progress.json or manifest.json; pass --force to replace them")
-    return None, progress
+        raise InputError(f"{folder} holds shard files but no {PROGRESS} or manifest.json; pass --force to replace them")
+    return None, done
+
+
+def _line(obj: dict) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def _read_progress(path: Path) -> tuple[str | None, dict]:
+    """progress.jsonl -> (its key, {piece: record}). A last line without its newline (torn by a kill
+    while it was appended) is ignored: that piece is built again."""
+    lines = path.read_bytes().split(b"\n")[:-1]  # what follows the last newline: nothing, or a torn line
+    try:
+        rows = [json.loads(line) for line in lines]
+    except ValueError:
+        raise InputError(f"{path}: a line is not JSON (edited?); pass --force to start over") from None
+    return (rows[0]["key"] if rows else None), {r["piece"]: r["record"] for r in rows[1:]}
+
+
+def _append_line(f, obj: dict) -> None:
+    """One JSON line, on disk (flush + fsync) before the next piece is recorded."""
+    f.write(_line(obj))
+    f.flush()
+    os.fsync(f.fileno())
 
 
 KEYS = 2  # how documents are keyed: 2 = (file sha256, byte offset), in pieces; 1 = by global index (before Dask)
@@ -319,6 +291,8 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
     for k, default in (("instances", "document"), ("nsp", True)):  # options added later: at their defaults the key is as before
         if ident[k] == default:
             del ident[k]
+    if cfg.masking == "static":  # the masks written (dynamic shards hold none: their key is as before)
+        ident["masking_version"] = MASKING_VERSION
     key = hashlib.sha256(json.dumps([ident, tm["tokenizer_hash"], inputs, FORMAT_VERSION, KEYS], sort_keys=True).encode()).hexdigest()
 
     if ready_only:
@@ -327,12 +301,12 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
             raise InputError(f"{folder}: no shards built from these inputs and options yet")
         return finished
     try:
-        finished, progress = _existing(folder, key, cfg.force)
+        finished, done = _existing(folder, key, cfg.force)
     except InputError:
         if not cfg.replace:
             raise
         print(f"{folder}: holds shards made with other options, inputs or shard format; rebuilding", file=sys.stderr)
-        finished, progress = _existing(folder, key, True)
+        finished, done = _existing(folder, key, True)
     if finished is not None:
         print(f"{folder}: shards up to date ({finished['counts']['train']['instances']} training instances); --force rebuilds them")
         show(folder, cfg.show)
@@ -341,8 +315,9 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
     for p in list(folder.glob(".*.partial")) + list(folder.glob(".*.tmp")):
         p.unlink()  # leftovers of a killed run
     tok_files = _copy_tokenizer(cfg.tokenizer, tm, folder)
+    # the key and the pieces kept, written whole once (a torn last line dropped); then a line per piece
+    atomic_write_bytes(folder / PROGRESS, b"".join([_line({"key": key})] + [_line({"piece": k, "record": r}) for k, r in done.items()]))
 
-    done = progress["chunks"]
     todo = ((p, d) for p, d in _pieces(files, inputs, cfg) if p.name not in done)
     # Kiwi threads: all cores in one process; their share on a local cluster; one per worker thread on
     # a running cluster (start one worker process per core)
@@ -351,14 +326,15 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
     bar = tqdm(desc="shards", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
     built, mb = 0, 0.0
     runner = run_dask(build_piece, job, todo, cfg, bar) if cfg.workers or cfg.scheduler else run_here(build_piece, job, todo, bar)
-    for piece, record in runner:
-        done[piece.name] = record
-        atomic_write_json(folder / PROGRESS, progress)
-        built += 1
-        mb += piece.bytes / 1e6
-        bar.set_postfix_str(f"{built} pieces, {mb:.0f} MB, {mb / max(time.time() - t0, 1e-9):.2f} MB/s")
-        if on_piece is not None:
-            on_piece(piece.name)
+    with open(folder / PROGRESS, "ab") as log:
+        for piece, record in runner:
+            done[piece.name] = record
+            _append_line(log, {"piece": piece.name, "record": record})
+            built += 1
+            mb += piece.bytes / 1e6
+            bar.set_postfix_str(f"{built} pieces, {mb:.0f} MB, {mb / max(time.time() - t0, 1e-9):.2f} MB/s")
+            if on_piece is not None:
+                on_piece(piece.name)
     bar.close()
     for p in list(folder.glob(".*.partial")) + list(folder.glob(".*.tmp")):
         p.unlink(missing_ok=True)  # what killed attempts of a task left behind
@@ -367,7 +343,7 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
     counts = {"files": len(files), "bytes": sum(ch["bytes"] for ch in chunks), "pieces": len(chunks), **_summarize(chunks, cfg.nsp)}
     counts["masking_measured_on"] = (
         "every instance as written" if cfg.masking == "static"
-        else f"one mask_tokens draw on the instances of every shard's first documents (until {DYNAMIC_STATS_FIRST} instances) "
+        else f"one mask_batch draw on the instances of every shard's first documents (until {DYNAMIC_STATS_FIRST} instances) "
         f"and of every {DYNAMIC_STATS_EVERY}th document after them"
     )
     if counts["train"]["instances"] == 0:
@@ -382,7 +358,8 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
         cpu.update(ch["cpu_seconds"])
     manifest = write_manifest(
         folder, "shards", FORMAT_VERSION, files=names + tok_files,
-        key=key, document_keys=KEYS, config=config, inputs=inputs, tokenizer_hash=tm["tokenizer_hash"], tokenizer_path=str(cfg.tokenizer),
+        key=key, document_keys=KEYS, masking_version=MASKING_VERSION, config=config, inputs=inputs,
+        tokenizer_hash=tm["tokenizer_hash"], tokenizer_path=str(cfg.tokenizer),
         mask_config=vars(mcfg), dtypes=columns, counts=counts, shards=shards, **({"id_map": id_map} if id_map else {}),
         run={
             "shards_built": built, "shards_reused": len(chunks) - built, "seconds": round(time.time() - t0, 1),
@@ -424,18 +401,16 @@ def report(folder: Path, m: dict, seconds: float) -> None:
 
 
 def show(folder: str | os.PathLike, n: int, split: str = "train") -> None:
-    """Print n decoded instances: segments A/B, NSP label, [MASK]s visible (dynamic: one draw)."""
+    """Print n decoded instances: segments A/B, NSP label, [MASK]s visible (dynamic: the loader's draw of epoch 0)."""
     if n <= 0:
         return
     from korbert import foreign
 
     reader = open_shards(folder, split=split, verify=False)
     tok = foreign.load(tokenizer_dir(Path(folder)), f"{folder}/tokenizer")
-    own = foreign.id_map(tok)
-    own = None if own is None else np.argsort(own)  # the shards' id -> the tokenizer's own, to decode
-    rng = np.random.default_rng(0)
+    own = foreign.own_ids(tok)  # the shards' id -> the tokenizer's own, to decode
     for i in range(min(n, len(reader))):
-        item = reader.masked(i, rng)
+        item = masked_instance(reader, i)
         ids, labels, tt = item["input_ids"], item["labels"], item["token_type_ids"]
         if own is not None:
             ids, labels = own[ids], np.where(labels != IGNORE, own[np.maximum(labels, 0)], IGNORE)

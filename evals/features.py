@@ -16,6 +16,12 @@ never used silently when it is stale: another tokenizer or other settings give a
 another folder); a file that changed since it was written (truncated, edited) is an error that
 says to rebuild (--rebuild-features).
 
+Runs started together on one features folder (seeds side by side) may build the same set at once:
+each builds into a folder of its own (`<task>-<key16>.partial-<pid>-<random>`) and renames it into
+place; the first rename wins, and the others discard their copy and read the winner's, checked
+as any cached set is. A build folder is never removed while its build may still run: one left by
+a killed process goes once nothing in it has changed for STALE_HOURS.
+
 NSMC: `[CLS] review [SEP]`, cut at max length, exactly as `tok(texts, truncation=True)`.
 
 KorQuAD: each distinct context is tokenized once (not once per question), each question once
@@ -30,6 +36,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
 import shutil
 import sys
 import time
@@ -41,6 +49,7 @@ from corpus_tools.artifacts import atomic_write_json, sha256_file
 from corpus_tools.text import InputError
 
 VERSION = 1
+STALE_HOURS = 6  # a build folder unchanged this long belongs to a process that died
 STATS: Counter = Counter()  # "built" / "reused" feature sets in this process (tests read it)
 
 
@@ -94,61 +103,114 @@ def get(root: str | Path, task: str, mf, inputs: dict[str, str], settings: dict,
     """The cached features of (`task`, model folder `mf`'s tokenizer, `inputs` {name: path},
     `settings`), built first with `build(tok, folder, key) -> (columns names, counts)` when absent.
 
-    `build` writes its Arrow files into `folder` with Dataset.map(new_fingerprint=key,
-    cache_file_name=folder/NAME.arrow); this function then writes features.json, last."""
+    `build` writes its Arrow files into `folder` (this process's own build folder) with
+    Dataset.map(new_fingerprint=key, cache_file_name=folder/NAME.arrow); this function then writes
+    features.json, last, and renames the folder into place (see _publish)."""
     root = Path(root)
     records = {name: sha256_file(path) for name, path in inputs.items()}
     key = _key(task, mf.tokenizer_sha256, records, settings)
     folder = root / f"{task}-{key[:16]}"
-    meta = None if rebuild else _read_meta(folder)
-    if meta is not None and meta.get("key") == key and meta.get("complete"):
-        for name, rec in meta["files"].items():
-            f = folder / name
-            if not f.is_file() or f.stat().st_size != rec["bytes"] or sha256_file(f) != rec["sha256"]:
-                raise InputError(
-                    f"{f}: cached features changed or truncated since they were written (features.json has "
-                    f"{rec['bytes']:,} bytes, sha256 {rec['sha256'][:12]}): rerun with --rebuild-features, or delete {folder}"
-                )
-        want = mf.trained_tokenizer_hash
-        if want and meta["tokenizer"].get("fingerprint") not in (None, want):
-            raise InputError(
-                f"{folder}: features made with tokenizer {meta['tokenizer']['fingerprint'][:12]}, but {mf.where} says the "
-                f"model was trained with {want[:12]}: the folder mixes a model and a foreign tokenizer"
-            )
-        STATS["reused"] += 1
-        return Cached(_load_columns(folder, meta["files"]), meta, folder, built=False)
+    cached = None if rebuild else _reuse(folder, key, mf)
+    if cached is not None:
+        return cached
 
-    tmp = folder.with_name(folder.name + ".partial")
+    _remove_stale(root)
+    tmp = folder.with_name(f"{folder.name}.partial-{os.getpid()}-{secrets.token_hex(4)}")
     try:
-        tok = mf.tokenizer()
-        if folder.exists():
-            shutil.rmtree(folder)
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        t0 = time.time()
-        names, counts = build(tok, tmp, key)
-    except ImportError as e:  # kiwipiepy missing: only the cache could have helped
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise InputError(
-            f"{root}: no cached {task} features for {mf.where} with {json.dumps(settings, sort_keys=True)}"
-            f"{_others(root, task)}; building them needs the tokenizer, which cannot run here ({e}). Build them "
-            f"where it can (the same command with --features DIR) and bring DIR along"
-        ) from None
-    files = {n: {"bytes": (tmp / n).stat().st_size, "sha256": sha256_file(tmp / n)} for n in names}
-    meta = {
-        "kind": "features", "version": VERSION, "task": task, "key": key, "complete": True,
-        "tokenizer": {
-            "files_sha256": mf.tokenizer_sha256, "fingerprint": mf.tokenizer_fingerprint(tok),
-            "class": type(tok).__name__, "size": len(tok), "pad_token_id": tok.pad_token_id or 0,
-        },
-        "model_folder": str(mf.path), "inputs": {n: {"path": str(p), "sha256": records[n]} for n, p in inputs.items()},
-        "settings": settings, "counts": counts, "files": files, "seconds": round(time.time() - t0, 2),
-    }
-    atomic_write_json(tmp / "features.json", meta)
-    tmp.rename(folder)
+        try:
+            tok = mf.tokenizer()
+            tmp.mkdir(parents=True)
+            t0 = time.time()
+            names, counts = build(tok, tmp, key)
+        except ImportError as e:  # kiwipiepy missing: only the cache could have helped
+            raise InputError(
+                f"{root}: no cached {task} features for {mf.where} with {json.dumps(settings, sort_keys=True)}"
+                f"{_others(root, task)}; building them needs the tokenizer, which cannot run here ({e}). Build them "
+                f"where it can (the same command with --features DIR) and bring DIR along"
+            ) from None
+        files = {n: {"bytes": (tmp / n).stat().st_size, "sha256": sha256_file(tmp / n)} for n in names}
+        meta = {
+            "kind": "features", "version": VERSION, "task": task, "key": key, "complete": True,
+            "tokenizer": {
+                "files_sha256": mf.tokenizer_sha256, "fingerprint": mf.tokenizer_fingerprint(tok),
+                "class": type(tok).__name__, "size": len(tok), "pad_token_id": tok.pad_token_id or 0,
+            },
+            "model_folder": str(mf.path), "inputs": {n: {"path": str(p), "sha256": records[n]} for n, p in inputs.items()},
+            "settings": settings, "counts": counts, "files": files, "seconds": round(time.time() - t0, 2),
+        }
+        atomic_write_json(tmp / "features.json", meta)
+        columns = _load_columns(tmp, names)
+        if not _publish(tmp, folder, key, replace=rebuild):
+            cached = _reuse(folder, key, mf)  # another process's copy came first: it is the cache
+            if cached is not None:  # (None only if a --rebuild-features elsewhere is replacing it: ours is as good)
+                return cached
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # ours, unless it was renamed into place
     STATS["built"] += 1
-    return Cached(_load_columns(folder, names), meta, folder, built=True)
+    return Cached(columns, meta, folder, built=True)
+
+
+def _complete(folder: Path, key: str) -> dict | None:
+    """features.json of `folder` when it says the folder holds all of `key`'s features."""
+    meta = _read_meta(folder)
+    return meta if meta is not None and meta.get("key") == key and meta.get("complete") else None
+
+
+def _reuse(folder: Path, key: str, mf) -> Cached | None:
+    """The cached features in `folder`, every file checked against features.json; None when the
+    folder holds no complete set of `key`."""
+    meta = _complete(folder, key)
+    if meta is None:
+        return None
+    for name, rec in meta["files"].items():
+        f = folder / name
+        if not f.is_file() or f.stat().st_size != rec["bytes"] or sha256_file(f) != rec["sha256"]:
+            raise InputError(
+                f"{f}: cached features changed or truncated since they were written (features.json has "
+                f"{rec['bytes']:,} bytes, sha256 {rec['sha256'][:12]}): rerun with --rebuild-features, or delete {folder}"
+            )
+    want = mf.trained_tokenizer_hash
+    if want and meta["tokenizer"].get("fingerprint") not in (None, want):
+        raise InputError(
+            f"{folder}: features made with tokenizer {meta['tokenizer']['fingerprint'][:12]}, but {mf.where} says the "
+            f"model was trained with {want[:12]}: the folder mixes a model and a foreign tokenizer"
+        )
+    STATS["reused"] += 1
+    return Cached(_load_columns(folder, meta["files"]), meta, folder, built=False)
+
+
+def _publish(tmp: Path, folder: Path, key: str, replace: bool) -> bool:
+    """Renames the finished build folder `tmp` to `folder`: True when it did, False when another
+    process's rename came first (a complete folder of `key` is there; it stays). A `folder` that is
+    not complete, or any with `replace` (--rebuild-features), is first renamed aside and removed."""
+    if folder.exists() and (replace or _complete(folder, key) is None):
+        old = folder.with_name(f"{folder.name}.partial-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            folder.rename(old)
+        except OSError:  # already moved by another process replacing it
+            pass
+        shutil.rmtree(old, ignore_errors=True)
+    try:
+        tmp.rename(folder)  # atomic; fails when `folder` exists (not empty)
+        return True
+    except OSError:
+        if _complete(folder, key) is not None:
+            return False
+        raise
+
+
+def _remove_stale(root: Path) -> None:
+    """Removes the build folders (`*.partial*`) of `root` left by killed processes: those where
+    nothing (the folder, or a file in it) has changed for STALE_HOURS. A running build writes its
+    files as it goes, so it is never one of them; the pid in a name is not relied on (another
+    machine, or another container, may share the folder)."""
+    for d in root.glob("*.partial*"):
+        try:
+            newest = max(p.stat().st_mtime for p in (d, *d.iterdir()))
+        except OSError:  # removed or renamed meanwhile
+            continue
+        if time.time() - newest > STALE_HOURS * 3600:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _load_columns(folder: Path, names) -> dict:

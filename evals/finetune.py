@@ -1,6 +1,6 @@
 """What the NSMC and KorQuAD fine-tuning runs share.
 
-  * model folders are opened by `korbert.folders.open_folder` (still importable from here);
+  * model folders are opened by `korbert.folders.open_folder`;
   * `load_model`: a folder -> a task model (a new, seeded head on the pretrained encoder), or with
     `control=True` the same architecture from a seeded random initialization.
   * `Device`: CUDA when present (bf16 autocast, fp32 weights), CPU fp32 otherwise.
@@ -10,16 +10,13 @@
     throughput in examples/s (training time only; validation excluded).
   * `predict`: batched inference sorted by length, results back in input order.
 
-Why a loop of its own and not transformers' `Trainer`. Speed is no reason either way:
-benchmarks/finetune_throughput.py (same model, features, batch, schedule; 2-core Xeon) measured this
-loop at 1.025x / 1.015x `Trainer(train_sampling_strategy="group_by_length")` on 20,000 NSMC-R reviews
-/ 1,500 KorQuAD windows (0.933x / 1.005x in an earlier run), and 3.0x / 1.2x `Trainer`'s default
-random batches. What it gives that `Trainer` does not: it needs only torch. `TrainingArguments`
+Why a loop of its own and not transformers' `Trainer`. Speed is no reason either way (the two are
+compared side by side in benchmarks/finetune_throughput.py; docs/results.md). What it gives that
+`Trainer` does not: it needs only torch. `TrainingArguments`
 raises ImportError without `accelerate` (which needs `psutil` too), and the GPU machines this
 project is lent come with torch and transformers but not `accelerate` (by their package list) and
 reach no package registry; korbert's GPU runs fine-tune there. Per-epoch model selection keeps the best state in memory, where `Trainer`'s
-`load_best_model_at_end` saves a checkpoint (weights and optimizer, ~1.3 GB for BERT-base) every
-epoch. A `Trainer` with a selection callback is a drop-in replacement where `accelerate` is at hand
+`load_best_model_at_end` saves a checkpoint (weights and optimizer) every epoch. A `Trainer` with a selection callback is a drop-in replacement where `accelerate` is at hand
 (tried: it passes tests/test_evals.py's two end-to-end tests).
 
 On CPU the same seed gives the same result: the data order comes from random.Random(seed), the new
@@ -41,9 +38,7 @@ from typing import Callable
 import numpy as np
 
 from corpus_tools.text import InputError
-from korbert.folders import (  # noqa: F401  (opened here before; still importable from evals.finetune)
-    MODEL_HELP, TOKENIZER_FILES, ModelFolder, check_trained_positions, first_line, open_folder, open_model_folder, tokenizer_files_sha256,
-)
+from korbert.folders import ModelFolder, first_line, open_folder
 
 
 

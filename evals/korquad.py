@@ -46,11 +46,9 @@ from corpus_tools.text import InputError
 from evals import korquad_metric
 from evals.data import QAExample, read_squad, split_articles, squad_examples
 from evals import features as F
-from evals.finetune import (
-    MODEL_HELP, Device, TrainSettings, check_trained_positions, fine_tune, load_model, open_folder, predict, qa_forward, seed_everything,
-    write_results,
-)
-from evals.table import print_table, result_row
+from evals.finetune import Device, TrainSettings, fine_tune, load_model, predict, qa_forward, seed_everything, write_results
+from korbert.folders import MODEL_HELP, check_trained_positions, open_folder
+from korbert.table import print_table, result_row
 
 
 

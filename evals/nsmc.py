@@ -29,11 +29,10 @@ from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, file_record
 from corpus_tools.text import InputError
 from evals.data import read_nsmc
-from evals.finetune import (
-    MODEL_HELP, Device, TrainSettings, check_trained_positions, fine_tune, load_model, open_folder, predict, seed_everything, write_results,
-)
 from evals import features as F
-from evals.table import print_table, result_row
+from evals.finetune import Device, TrainSettings, fine_tune, load_model, predict, seed_everything, write_results
+from korbert.folders import MODEL_HELP, check_trained_positions, open_folder
+from korbert.table import print_table, result_row
 
 
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from corpus_tools.artifacts import atomic_write_bytes
-from evals.table import pct, render_table
+from korbert.table import pct, render_table
 
 CARD = "README.md"
 TAGS = ["korbert", "bert", "korean", "kiwi", "morpheme"]
@@ -49,8 +49,23 @@ def _front_matter(m: dict, license: str, ours: dict | None, name: str, datasets:
     return "---\n" + yaml.safe_dump(meta, allow_unicode=True, sort_keys=False) + "---\n"
 
 
+def _long_steps(m: dict) -> str:
+    """"the last 3 steps", or after a longer budget re-planned it: "9 steps in all, the last 6 from step 14"."""
+    n, start, end = m["long_steps"], m.get("long_from_step"), m.get("step")
+    last = end - start if start is not None and end is not None else n
+    return f"the last {n:,} steps" if last == n else f"{n:,} steps in all, the last {last:,} from step {start:,}"
+
+
+def _file_table(head: str, inputs: list[dict]) -> list[str]:
+    rows = [f"| {head} | bytes | sha256 |", "|---|---:|---|"]
+    for c in inputs:
+        part = f" (its first {c['first_documents']:,} documents)" if c.get("first_documents") else ""
+        rows.append(f"| {c['file']}{part} | {c['bytes']:,} | {c['sha256'][:16]} |")
+    return rows
+
+
 def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes: list[str] | None = None, datasets: dict | None = None) -> str:
-    """The card for a model manifest `m` (final/manifest.json); `table`: result rows (evals.table's),
+    """The card for a model manifest `m` (final/manifest.json); `table`: result rows (korbert.table's),
     the one with origin "pretrained here" being this model; `datasets`: what each task was scored on
     ({"nsmc": ..., "korquad": ...})."""
     mc = m["model_config"]
@@ -78,12 +93,18 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
     corpus = m.get("corpus")
     lines += ["", "## Training data", ""]
     if corpus:
-        lines += ["| file | bytes | sha256 |", "|---|---:|---|"]
-        for c in corpus["inputs"]:
-            part = f" (its first {c['first_documents']:,} documents)" if c.get("first_documents") else ""
-            lines.append(f"| {c['file']}{part} | {c['bytes']:,} | {c['sha256'][:16]} |")
+        lines += _file_table("file", corpus["inputs"])
         lines += ["", f"{corpus['documents']:,} documents; {corpus['train_instances']:,} training instances of "
                   f"{corpus['train_tokens']:,} tokens (the shards' counts)."]
+        long = m.get("long_corpus")
+        if long and m.get("long_steps"):
+            same = sorted((c["sha256"], c.get("first_documents")) for c in long["inputs"]) == sorted(
+                (c["sha256"], c.get("first_documents")) for c in corpus["inputs"])
+            lines += ["", f"The long phase ({_long_steps(m)}) read instances of up to {long['max_seq_len']} tokens "
+                      f"made from {'the same files' if same else 'other files'}: {long['documents']:,} documents, "
+                      f"{long['train_instances']:,} training instances of {long['train_tokens']:,} tokens."]
+            if not same:
+                lines += ["", *_file_table("long-phase file", long["inputs"])]
     else:
         lines += ["Not recorded (a model exported before korbert wrote the corpus into its manifest)."]
     held = m.get("eval") or {}
@@ -93,7 +114,10 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
     else:
         heldout = ""
         if "mlm_acc" in held:
-            heldout = f" Held-out MLM accuracy {held['mlm_acc']:.4f}" + (f", NSP accuracy {held['nsp_acc']:.4f}" if "nsp_acc" in held else "") + "."
+            heldout = f" Held-out MLM accuracy {held['mlm_acc']:.4f}" + (f", NSP accuracy {held['nsp_acc']:.4f}" if "nsp_acc" in held else "")
+            if "long_mlm_acc" in held:
+                heldout += f"; on the long phase's held-out instances, MLM accuracy {held['long_mlm_acc']:.4f}"
+            heldout += "."
         lines.append(
             f"{m['step']:,} optimizer steps, {m['tokens']:,} training tokens, {m['seconds'] / 60:.1f} min of training on "
             f"{m.get('hardware', run.get('device', '?'))} ({run.get('precision_used', '?')}, {run.get('world_size', 1)} process(es)); "

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from corpus_tools import config as C
-from corpus_tools.artifacts import atomic_write_bytes, sha256_file, write_manifest
+from corpus_tools.artifacts import atomic_write_bytes, write_manifest
+from corpus_tools.masking import MASKING_VERSION
 from corpus_tools.text import InputError
-from korbert.masking import MASKING_VERSION
 
 if TYPE_CHECKING:  # annotations only: no import at run time
-    from korbert.pretrain import PretrainConfig
+    from korbert.pretrain_config import PretrainConfig
 
 FORMAT_VERSION = 1
 
@@ -42,7 +42,7 @@ def run_key(
     # what does not change the weights trained so far: speed, bookkeeping, evaluation, and the budget
     # (a longer budget continues the run: the schedule is recomputed over the new budget from the step it reached)
     not_weights = ("out", "device", "compile", "compile_mode", "fixed_shapes", "num_workers", "resume", "force", "replace", "log_every",
-                   "save_every", "eval_every", "eval_instances", "license", "profile", *BUDGET)
+                   "save_every", "eval_every", "eval_instances", "license", "profile", "long_other_inputs", *BUDGET)
     ident = {k: v for k, v in C.to_dict(cfg).items() if k not in not_weights}
     for f in dataclasses.fields(cfg):  # --warmup 500 on the command line is 500.0, 500 in a config file or a call: one run
         if f.type == "float" and f.name in ident:
@@ -50,8 +50,12 @@ def run_key(
     ident["precision"] = precision  # what runs, not what was asked ("auto")
     if dynamic:  # masks drawn another way: not the same run (never resumed across); static shards hold theirs
         ident["masking"] = MASKING_VERSION
+    if cfg.compile and cfg.tokens_per_batch and not cfg.pack:
+        ident["bucketed"] = True  # --compile rounds rows and lengths to buckets: a token budget then cuts other batches
     if cfg.long_shards:
         ident["long_shards"] = long_key  # by content, as the shards
+        if not cfg.tokens_per_batch:
+            ident["long_rows"] = "real-tokens"  # the long phase's rows keep the real tokens per step (before: rows x 128 / 512)
     else:
         del ident["long_shards"], ident["long_phase"]
     if cfg.init_from:
@@ -140,9 +144,6 @@ def export(model, tok, folder: Path, manifest_fields: dict, tokenizer_from: Path
     shutil.rmtree(old, ignore_errors=True)
 
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
-
-
 def open_init_folder(folder: str):
     """An --init-from folder, opened (korbert.folders.open_folder) and checked to be a BERT."""
     from korbert.folders import open_folder
@@ -173,13 +174,12 @@ def init_source(cfg: PretrainConfig, tok, shards_tokenizer_hash: str) -> dict:
         )
     if mf.config.vocab_size < len(tok):
         raise InputError(f"{where}: config.json vocab_size {mf.config.vocab_size} < its tokenizer's {len(tok)} tokens")
-    h = hashlib.sha256()
-    for name in WEIGHT_FILES:
-        if (mf.path / name).is_file():
-            h.update(name.encode() + b"\0" + bytes.fromhex(sha256_file(mf.path / name)))
+    from korbert.folders import weights_sha256
+
     config = copy.deepcopy(mf.config)
     config._attn_implementation = "sdpa"
-    return {"folder": str(mf.path.resolve()), "weights_sha256": h.hexdigest(), "config": config}
+    return {"folder": str(mf.path.resolve()), "weights_sha256": weights_sha256(mf.path), "config": config,
+            "trained_seq_len": mf.trained_positions}
 
 
 def load_init_weights(model, folder: str) -> list[str]:
@@ -191,3 +191,31 @@ def load_init_weights(model, folder: str) -> list[str]:
     src, info = BertForPreTraining.from_pretrained(folder, local_files_only=True, output_loading_info=True)
     model.load_state_dict(src.state_dict())
     return sorted(set(info["missing_keys"]))
+
+
+def model_config(cfg: PretrainConfig, state: dict | None, init: dict | None, mapped_ids: bool, vocab: int, max_seq_len: int):
+    """The BertConfig a run trains: its checkpoint's (a resume), the --init-from folder's (`init`, from
+    `init_source`; `mapped_ids`: its tokenizer's ids are mapped, so [PAD] is 0 in the shards and the
+    export puts the tokenizer's own back), or --model-size with --override; checked against the
+    tokenizer's size and the longest rows."""
+    from korbert.model import bert_config, parse_overrides
+
+    if state is None and init is not None:
+        mcfg = init["config"]
+        if mapped_ids:
+            mcfg.pad_token_id = 0
+        if mcfg.max_position_embeddings < max_seq_len:
+            raise InputError(f"--init-from {cfg.init_from}: {mcfg.max_position_embeddings} positions, shorter than the shards' {max_seq_len} tokens")
+    elif state is None:
+        try:
+            mcfg = bert_config(cfg.model_size, vocab, max_seq_len, parse_overrides(cfg.override))
+        except ValueError as e:
+            raise InputError(str(e)) from None
+    else:
+        from transformers import BertConfig
+
+        mcfg = BertConfig.from_dict(state["state"]["model_config"])
+        mcfg._attn_implementation = "sdpa"
+    if mcfg.vocab_size != vocab and not (init is not None and mcfg.vocab_size > vocab):  # (a released model may pad its vocabulary)
+        raise InputError(f"model vocab_size {mcfg.vocab_size} != tokenizer size {vocab}")
+    return mcfg

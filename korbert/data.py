@@ -16,7 +16,7 @@ batches are shuffled. So:
 - resume is exact: the data position is just the step number;
 - 1 process with batch 2b and 2 processes with batch b see the same global batches;
 - an instance's mask depends only on (seed, epoch, index) (dynamic masking: a fresh draw each
-  epoch; `korbert.masking`), never on batch size, packing, workers or rank.
+  epoch; `corpus_tools.masking`), never on batch size, packing, workers or rank.
 
 A loader worker turns one micro-batch request into tensors with whole-array numpy operations
 (`make_batch`): no per-instance Python. The batch carries what the model needs as indices
@@ -33,8 +33,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from corpus_tools.masking import EVAL_EPOCH, instance_keys, mask_batch
 from corpus_tools.shard_format import IGNORE, ShardReader
-from korbert.masking import EVAL_EPOCH, instance_keys, mask_batch
 
 
 def instance_lengths(reader: ShardReader) -> np.ndarray:
@@ -213,6 +213,11 @@ class BatchPlan:
         real = ids[ids >= 0]
         return epoch, rows, self.padded_len(int(row_len[real].max()) if len(real) else 1)
 
+    def largest_padded(self) -> int:
+        """The most tokens, padding included, of a global batch of epoch 0 (what memory must hold)."""
+        _, _, row_len, batches = self._epoch(0)
+        return max(len(b) * self.padded_len(int(row_len[b[b >= 0]].max())) for b in batches if (b >= 0).any())
+
     def token_stats(self, step: int) -> tuple[int, int]:
         """(non-padding tokens, sum over instances of length^2: the attention's work) of global batch
         `step`. Every rank computes it from the plan alone: no communication."""
@@ -248,7 +253,7 @@ def make_batch(
     packed: bool | None = None, nsp: bool = True, fixed: tuple[int, int] | None = None,
 ) -> dict:
     """Rows of instance indices (empty arrays: padding rows) -> the model's int64 tensors, with whole-
-    array numpy operations: one gather per shard, one masking call (`korbert.masking.mask_batch`:
+    array numpy operations: one gather per shard, one masking call (`corpus_tools.masking.mask_batch`:
     instance i of this epoch gets the same mask in any batch; static shards: their stored masks).
 
     input_ids, token_type_ids, position_ids, segments   (R, T)  segments: 1, 2, ... per instance in its row, 0 = padding
@@ -337,12 +342,26 @@ class StepSampler(torch.utils.data.Sampler):
 
 
 def eval_batches(reader: ShardReader, n: int, batch_size: int, seed: int, nsp: bool = True) -> list[dict]:
-    """A fixed held-out set: the first n instances of the split with one fixed mask draw (epoch key
-    EVAL_EPOCH), one per row, in length-sorted batches (so the held-out numbers are comparable
+    """A fixed held-out set: n instances drawn by `seed` from the whole split (the split is in input
+    order: its first n would hold only the first input's documents) with one fixed mask draw (epoch
+    key EVAL_EPOCH), one per row, in length-sorted batches (so the held-out numbers are comparable
     across steps and runs)."""
     n = min(n, len(reader))
-    order = np.argsort(instance_lengths(reader)[:n], kind="stable")  # from the offsets columns alone
+    pick = np.sort(np.random.default_rng([seed, 0x68656C64]).permutation(len(reader))[:n])
+    order = pick[np.argsort(instance_lengths(reader)[pick], kind="stable")]  # from the offsets columns alone
     return [
         make_batch(reader, [np.array([i]) for i in order[j : j + batch_size]], seed=seed, epoch=EVAL_EPOCH, packed=False, nsp=nsp)
         for j in range(0, n, batch_size)
     ]
+
+
+def row_tokens(lengths: np.ndarray, max_len: int, pack: bool, seed: int, sample: int = 20_000) -> float:
+    """Mean real tokens per row: an instance's mean length, or (`pack`) a packed row's mean fill over a
+    seeded sample of the instances. A row budget keeps its real tokens per step across phases of other
+    lengths with this (fewer, longer rows in the long phase)."""
+    lengths = np.asarray(lengths, np.int64)
+    if not pack:
+        return float(lengths.mean())
+    pick = np.random.default_rng([seed, 0x726F77]).permutation(len(lengths))[:sample]
+    items, sizes = pack_rows(pick, lengths, max_len)
+    return float(lengths[items].sum()) / max(1, len(sizes))

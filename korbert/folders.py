@@ -23,16 +23,35 @@ TOKENIZER_FILES = (
 )
 
 
-def tokenizer_files_sha256(path: Path) -> str:
-    """sha256 over the tokenizer files a folder holds (names and bytes): the tokenizer's identity
-    that can be computed without loading it (no Kiwi needed)."""
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def files_sha256(path: Path, names: tuple[str, ...]) -> str:
+    """sha256 over those of `names` that the folder holds (each name and its bytes' sha256)."""
     import hashlib
 
+    from corpus_tools.artifacts import sha256_file
+
     h = hashlib.sha256()
-    for name in TOKENIZER_FILES:
-        if (path / name).is_file():
-            h.update(name.encode() + b"\0" + hashlib.sha256((path / name).read_bytes()).digest())
+    for name in names:
+        if (Path(path) / name).is_file():
+            h.update(name.encode() + b"\0" + bytes.fromhex(sha256_file(Path(path) / name)))
     return h.hexdigest()
+
+
+def tokenizer_files_sha256(path: Path) -> str:
+    """The tokenizer's identity that can be computed without loading it (no Kiwi needed)."""
+    return files_sha256(path, TOKENIZER_FILES)
+
+
+def weights_sha256(path: Path) -> str:
+    """The weights' identity: what a model folder's fine-tuning results depend on, with its config and
+    tokenizer. A sharded checkpoint's index counts with the shard files it names."""
+    names = list(WEIGHT_FILES)
+    for index in WEIGHT_FILES[2:]:
+        if (Path(path) / index).is_file():
+            names += sorted(set(_read_json(Path(path) / index, str(path)).get("weight_map", {}).values()))
+    return files_sha256(path, tuple(names))
 
 
 @dataclass
@@ -52,6 +71,12 @@ class ModelFolder:
     where: str
     tokenizer_class: str = ""  # tokenizer_config.json's, when it names one
     _tok: object = None
+
+    @property
+    def trained_positions(self) -> int:
+        """The positions its pretraining trained: a korbert export's manifest says (`trained_seq_len`);
+        any other folder, or an older export, is taken as trained over all it has."""
+        return (self.manifest.get("trained_seq_len") if self.kind == "korbert" else None) or self.config.max_position_embeddings
 
     @property
     def trained_tokenizer_hash(self) -> str | None:
@@ -130,7 +155,7 @@ def open_folder(folder: str, weights: bool = True, label: str | None = None) -> 
         raise InputError(f"{where}: no such folder ({MODEL_HELP})")
     if not (path / "config.json").is_file():
         raise InputError(f"{where}: no config.json, not a model folder ({MODEL_HELP})")
-    found = [n for n in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json") if (path / n).is_file()]
+    found = [n for n in WEIGHT_FILES if (path / n).is_file()]
     if weights and not found:
         raise InputError(f"{where}: no model.safetensors or pytorch_model.bin ({MODEL_HELP}); --control needs only config.json")
     tcfg = _read_json(path / "tokenizer_config.json", where)

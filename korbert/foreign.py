@@ -88,6 +88,13 @@ def id_map(tok, size: int = 0):
     return perm
 
 
+def own_ids(tok, size: int = 0):
+    """The inverse of `id_map`: int64 [max(len(tok), size)], the shards' id -> the tokenizer's own;
+    None when they are the same."""
+    perm = id_map(tok, size)
+    return None if perm is None else np.argsort(perm)
+
+
 def reorder_vocab(model, index) -> None:
     """In place: row i of the word embeddings and of the MLM decoder's weight and bias becomes row
     index[i] (a BertForPreTraining or BertForMaskedLM; tied weights are moved once)."""

@@ -6,7 +6,7 @@
 The out folder holds (written atomically):
     ckpt.pt        model, optimizer, step, tokens seen, seconds, each rank's RNG states: rerunning
                    the same command (`--resume`, the default) continues exactly where it stopped;
-                   the data position is the step
+                   the data position is the steps taken in each phase
     log.jsonl      one line per --log-every steps (loss, lr, tokens/s, MFU on GPU) + held-out evals
     config.json    the resolved run config
     final/         config.json + model.safetensors + tokenizer files + manifest.json: a folder
@@ -14,9 +14,10 @@ The out folder holds (written atomically):
 
 The shape of `Trainer`: setup (__init__: shards, model, optimizer, data, resume) -> `train()`, a
 loop of `step()` (one optimizer step) and `interval()` (log, held-out eval, checkpoint) -> `export()`.
-Its helpers live beside it: korbert/schedule.py (lr), korbert/runtime.py (precision, peak FLOP/s,
-compile count, OOM message), korbert/checkpoint.py (run key, RNG states, log trim, final/ export),
-korbert/heldout.py (held-out eval).
+Its helpers live beside it: korbert/pretrain_config.py (the settings), korbert/phases.py (the shards
+it reads: the phases, BERT's long second phase), korbert/schedule.py (lr, when the long phase runs),
+korbert/runtime.py (precision, peak FLOP/s, compile count, OOM message), korbert/checkpoint.py (run
+key, RNG states, log trim, final/ export), korbert/heldout.py (held-out eval).
 
 Every global batch (see korbert/data.py) is one optimizer step; the losses are normalized by the
 global number of predicted tokens / pairs, so 1 process with batch 2b and 2 processes with batch b
@@ -34,112 +35,29 @@ import contextlib
 import io
 import json
 import math
-import os
 import shutil
 import sys
 import dataclasses
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, machine, read_manifest
 from corpus_tools.text import InputError
-from korbert.checkpoint import BUDGET, FORMAT_VERSION, export, rng_state, run_budget, run_key, set_rng_state, truncate_log  # noqa: F401  (importable from here, as before)
-from korbert.checkpoint import init_source, load_init_weights
-from korbert.distributed import AgreedClock, Dist, default_workers  # noqa: F401  (importable from here, as before)
+from korbert.checkpoint import export, init_source, load_init_weights, model_config, rng_state, run_budget, run_key, set_rng_state, truncate_log
+from korbert.distributed import AgreedClock, Dist, default_workers
 from korbert.heldout import MODEL_INPUTS, evaluate
-from korbert.runtime import (  # noqa: F401  (PEAK_BF16_FLOPS, peak_flops: importable from here, as before)
-    PEAK_BF16_FLOPS, PROFILE_STEPS, compiled_graphs, cpu_has_bf16, oom_guard, peak_flops, resolve_precision, start_profile, write_profile,
-)
-from korbert.schedule import lr_at
+from korbert.runtime import PROFILE_STEPS, compiled_graphs, oom_guard, peak_flops, resolve_precision, start_profile, write_profile
+from korbert.phases import Phase, build_phases, corpus_record, long_shards_manifest, open_readers
+from korbert.pretrain_config import PretrainConfig
+from korbert.schedule import long_phase_due, lr_at
 
 UNTRAINED_WITHOUT_NSP = ("bert.pooler.", "cls.seq_relationship.")  # --objective mlm: exported as initialized
-
-
-@dataclass
-class PretrainConfig:
-    """Pretrain a BERT (MLM + NSP) from shards and export it for transformers."""
-
-    shards: str = C.field("runs/shards", "shards folder (the output of `korbert shards`)")
-    out: str = C.field("runs/pretrain", "run folder: ckpt.pt, log.jsonl, final/")
-    model_size: str = C.field("mini", "size preset (layers/hidden/heads)", choices=["tiny", "mini", "small", "medium", "base", "large"])
-    override: list[str] = C.field([], "BertConfig fields to override, as key=value (e.g. num_hidden_layers=6 hidden_dropout_prob=0)")
-    init_from: str = C.field(
-        "", "continue pretraining this BERT folder (BertForPreTraining, BertForMaskedLM or BertModel weights; heads it lacks "
-        "start fresh): its config gives the shape (no --model-size/--override), its tokenizer must be the shards'"
-    )
-    batch_size: int = C.field(32, "rows per device per micro-batch (global batch = batch_size x grad_accum x GPUs); unused with --tokens-per-batch")
-    tokens_per_batch: int = C.field(
-        0, "instead of --batch-size: a budget of (padded) tokens per optimizer step over all GPUs and micro-batches; "
-        "rows of similar length are taken up to it (0: use --batch-size)",
-    )
-    pack: bool = C.field(False, "pack several instances into each row of max_seq_len tokens (block-diagonal attention, positions restart per instance)")
-    long_shards: str = C.field(
-        "", "BERT's second phase: shards of the same tokenizer at a longer --max-seq-len (e.g. `korbert shards --max-seq-len 512`); "
-        "the last --long-phase of the budget trains on them, with the same tokens per step, so that the positions fine-tuning "
-        "uses (KorQuAD: 384) are trained",
-    )
-    long_phase: float = C.field(0.1, "with --long-shards: the share of the budget (steps, tokens or minutes) trained on them, at its end")
-    objective: str = C.field(
-        "mlm+nsp", "mlm+nsp: BERT's two losses; mlm: masked LM only (RoBERTa, Cramming), the pooler and NSP head are "
-        "exported untrained (shards made with --no-nsp need it)", choices=["mlm+nsp", "mlm"],
-    )
-    mask_prob: float = C.field(0.0, "dynamic shards: predict this share of the tokens instead of the shards' mask_prob (0: the shards')")
-    grad_accum: int = C.field(1, "micro-batches per optimizer step")
-    lr: float = C.field(5e-4, "peak learning rate (AdamW, betas 0.9/0.98, eps 1e-6)")
-    schedule: str = C.field("linear", "decay after warmup", choices=["linear", "cosine"])
-    warmup: float = C.field(0.06, "warmup: a fraction of the budget (< 1) or a number of steps (>= 1)")
-    weight_decay: float = C.field(0.01, "AdamW weight decay (not on biases and LayerNorm weights)")
-    clip_grad: float = C.field(1.0, "clip the global gradient norm to this (0: off)")
-    max_steps: int = C.field(1000, "stop after this many optimizer steps (0: no step budget)")
-    max_tokens: int = C.field(0, "stop after this many (non-padding) training tokens (0: none)")
-    max_minutes: float = C.field(0.0, "stop after this many minutes of training (0: none; the schedule follows the budget)")
-    eval_every: int = C.field(200, "held-out MLM loss/accuracy and NSP accuracy every N steps (0: only at the end)")
-    eval_instances: int = C.field(2000, "held-out instances per evaluation (from the shards' valid split)")
-    log_every: int = C.field(20, "one log line every N steps")
-    save_every: int = C.field(500, "checkpoint every N steps (rounded to a multiple of --log-every)")
-    seed: int = C.field(0, "seed for initialization, data order, masking and dropout")
-    device: str = C.field("auto", "auto (cuda if available), cpu or cuda", choices=["auto", "cpu", "cuda"])
-    precision: str = C.field(
-        "auto", "bf16: matmuls in bfloat16 under autocast (weights, optimizer and losses stay fp32); auto: bf16 on CUDA "
-        "and on CPUs with bf16 instructions (AVX512-BF16, AMX: 1.46x (BERT-mini) to 1.60x (BERT-small) the tokens/s of fp32 on a 2-core Zen 4), fp32 "
-        "elsewhere, where bf16 is emulated and slower; bf16-stream: bf16 with the residual stream (LayerNorm outputs) in bf16 too, "
-        "as Megatron-style bf16 training keeps it", choices=["auto", "bf16", "bf16-stream", "fp32"],
-    )
-    compile: bool = C.field(False, "torch.compile the model; batch shapes are rounded to a few buckets so it compiles a handful of graphs")
-    fixed_shapes: str = C.field(
-        "auto", "on: every micro-batch has one shape (packed rows of max_seq_len, the predicted-token and [CLS] lists padded "
-        "to counts from the batch plan), so --compile makes one graph (fullgraph, static shapes) and CUDA graphs become "
-        "possible (--compile-mode reduce-overhead); needs --pack; auto: on with --compile --pack",
-        choices=["auto", "on", "off"],
-    )
-    compile_mode: str = C.field("default", "torch.compile mode; reduce-overhead: CUDA graphs (needs fixed shapes)", choices=["default", "reduce-overhead", "max-autotune"])
-    profile: int = C.field(
-        0, "profile the 5 steps after this step (after compile: e.g. 30) with torch.profiler: out/profile.json (device time by "
-        "kind of kernel: matmul, attention, fused, optimizer; the top kernels; the device's busy share) and out/profile.txt (0: off)",
-    )
-    num_workers: int = C.field(-1, "DataLoader worker processes per process (-1: on GPUs the CPU cores / processes on this machine, minus 1; on a CPU 1)")
-    resume: bool = C.field(True, "continue from out/ckpt.pt when it holds this same run")
-    force: bool = C.field(False, "discard what `out` holds and start over")
-    license: str = C.field("", "the license written into final/README.md, the model card (an SPDX id such as apache-2.0; empty: none stated)")
-    replace: bool = C.field(False, "when `out` holds a run with other settings, start over instead of refusing (same settings: resumed)")
 
 
 # ---------------------------------------------------------------------------------------------
 # the stage
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Phase:
-    """A stretch of pretraining on one shards folder: its reader, batch plan, row length, fixed counts."""
-
-    reader: object
-    plan: object
-    max_len: int
-    fixed: tuple[int, int] | None
-
 
 
 class Trainer:
@@ -148,7 +66,7 @@ class Trainer:
     def __init__(self, cfg: PretrainConfig):
         import torch
 
-        from corpus_tools.shard_format import tokenizer_dir, open_shards, verify_shards
+        from corpus_tools.shard_format import tokenizer_dir
         from korbert.model import count_parameters
         from korbert import foreign
 
@@ -183,7 +101,7 @@ class Trainer:
         if cfg.mask_prob and (not 0 < cfg.mask_prob < 1 or sm["config"]["masking"] != "dynamic"):
             raise InputError("--mask-prob must be in (0, 1) and needs dynamic shards (static shards hold their masks)")
         self.init = init_source(cfg, tok, sm["tokenizer_hash"]) if cfg.init_from else None
-        self.long_manifest = self._long_manifest(sm) if cfg.long_shards else None
+        self.long_manifest = long_shards_manifest(cfg, sm) if cfg.long_shards else None
         self.nsp = cfg.objective == "mlm+nsp"
         self.fixed = cfg.fixed_shapes == "on" or (cfg.fixed_shapes == "auto" and cfg.compile and cfg.pack)
         if self.fixed and not cfg.pack:
@@ -191,11 +109,7 @@ class Trainer:
         if cfg.compile_mode == "reduce-overhead" and not (cfg.compile and self.fixed):
             raise InputError("--compile-mode reduce-overhead (CUDA graphs) needs --compile and fixed shapes (--pack)")
         self.precision = resolve_precision(cfg.precision, self.cuda)
-        long_key = self.long_manifest["key"] if self.long_manifest else ""
-        self.key = key = run_key(
-            cfg, sm["key"], sm["tokenizer_hash"], dist.world, self.precision, self.cuda, long_key, sm["config"]["masking"] == "dynamic",
-            self.init["weights_sha256"] if self.init else "",
-        )
+        self.key = key = self._key_with()
         if self.final.exists() and not cfg.force:
             try:
                 fm = read_manifest(self.final, "model")
@@ -204,33 +118,13 @@ class Trainer:
                     return
             except (FileNotFoundError, ValueError):
                 pass
-        try:
-            train = open_shards(cfg.shards, sm["tokenizer_hash"], "train", verify=False)
-            valid = open_shards(cfg.shards, sm["tokenizer_hash"], "valid", verify=False)
-        except ValueError as e:
-            raise InputError(f"--shards {cfg.shards}: {e}") from None
-        try:
-            long_train = open_shards(cfg.long_shards, sm["tokenizer_hash"], "train", verify=False) if cfg.long_shards else None
-        except ValueError as e:
-            raise InputError(f"--long-shards {cfg.long_shards}: {e}") from None
-        # every rank hashes 1/world of the training files (one rank hashing them all can outlast NCCL's timeout)
-        mine = verify_shards(cfg.shards, sm, "train", dist.rank, dist.world)
-        if long_train is not None:
-            mine += verify_shards(cfg.long_shards, self.long_manifest, "train", dist.rank, dist.world)
-        bad = sum(dist.gather(mine), [])
-        if bad:
-            raise InputError(f"--shards: {bad[0]}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}")
-        if cfg.mask_prob:
-            for reader in (train, valid, long_train):
-                if reader is None:
-                    continue
-                reader.mask_config = dataclasses.replace(reader.mask_config, mask_prob=cfg.mask_prob)
+        train, valid, long_train, long_valid = open_readers(cfg, sm, self.long_manifest, dist)
 
         # -- resume or start
         state = self._load_checkpoint()
         self.max_len = sm["config"]["max_seq_len"]
         self.long_len = self.long_manifest["config"]["max_seq_len"] if self.long_manifest else 0
-        self.mcfg = mcfg = self._model_config(state, len(tok), max(self.max_len, self.long_len))
+        self.mcfg = mcfg = model_config(cfg, state, self.init, self.id_map is not None, len(tok), max(self.max_len, self.long_len))
         self._build_model(state)
 
         # -- data
@@ -238,8 +132,13 @@ class Trainer:
         # seconds: the agreed training time (rank 0's), which --max-minutes counts
         self.step_no, self.tokens, self.seconds = where["step"], where["tokens"], where["seconds"]
         self.warm_end = where.get("warm_end")  # the share of the budget where a step-counted warmup ended
-        self.long_from = where.get("long_from")  # the step the long phase began at (None: not yet)
-        self._build_data(train, valid, long_train)
+        # steps taken from each phase's plan (short, long): a longer budget after a finished run goes back
+        # to the short phase where its plan stopped, and the long phase's plan continues where it stopped
+        long_from = where.get("long_from")
+        self.pos = list(where.get("phase_pos") or ([self.step_no, 0] if long_from is None else [long_from, self.step_no - long_from]))
+        self._build_data(train, valid, long_train, long_valid)
+        self.in_long = self._long_phase_due()
+        self.long_from = (self.step_no if long_from is None else long_from) if self.in_long else None  # where this stretch of it began
         if state is not None:
             if self.init is not None:
                 self.init["fresh"] = state["state"].get("init_fresh", [])
@@ -279,6 +178,15 @@ class Trainer:
                 self.tb = None
 
     # -- setup pieces
+    def _key_with(self, **changes) -> str:
+        """This run's key (korbert.checkpoint.run_key), or the key it would have with `changes` to its config."""
+        sm, cfg = self.shards_manifest, dataclasses.replace(self.cfg, **changes)
+        return run_key(
+            cfg, sm["key"], sm["tokenizer_hash"], self.dist.world, self.precision, self.cuda,
+            self.long_manifest["key"] if self.long_manifest else "", sm["config"]["masking"] == "dynamic",
+            self.init["weights_sha256"] if self.init else "",
+        )
+
     def _load_checkpoint(self) -> dict | None:
         import torch
 
@@ -300,6 +208,12 @@ class Trainer:
                     f"the same number (torchrun --nproc_per_node {written_by}), since each rank's data and dropout stream "
                     f"continue from where they stopped; or pass --force to start over"
                 )
+            elif foreign and state["state"]["run_key"] == self._key_with(compile=not cfg.compile):
+                why = "--compile cuts the batches of a --tokens-per-batch run without --pack otherwise (lengths rounded to buckets)"
+                if "bucketed" not in state["state"]:  # written before the key held it: either way is possible
+                    raise InputError(f"{self.ckpt_path} does not say whether it was trained with --compile ({why}): pass --force to start over")
+                was = "with" if state["state"]["bucketed"] else "without"
+                raise InputError(f"{self.ckpt_path} was trained {was} --compile ({why}): resume it {was} --compile, or pass --force to start over")
             elif foreign:
                 raise InputError(f"{self.ckpt_path} belongs to another run (other shards or settings); pass --force to start over")
         if force and dist.main:
@@ -310,29 +224,6 @@ class Trainer:
         if state is not None and isinstance(state["rng"], dict):  # written before per-rank RNG states
             state["rng"] = [state["rng"]]
         return state
-
-    def _model_config(self, state: dict | None, vocab: int, max_seq_len: int):
-        from korbert.model import bert_config, parse_overrides
-
-        if state is None and self.init is not None:
-            mcfg = self.init["config"]
-            if self.id_map is not None:  # [PAD] is id 0 in the shards (the export puts the tokenizer's own back)
-                mcfg.pad_token_id = 0
-            if mcfg.max_position_embeddings < max_seq_len:
-                raise InputError(f"--init-from {self.cfg.init_from}: {mcfg.max_position_embeddings} positions, shorter than the shards' {max_seq_len} tokens")
-        elif state is None:
-            try:
-                mcfg = bert_config(self.cfg.model_size, vocab, max_seq_len, parse_overrides(self.cfg.override))
-            except ValueError as e:
-                raise InputError(str(e)) from None
-        else:
-            from transformers import BertConfig
-
-            mcfg = BertConfig.from_dict(state["state"]["model_config"])
-            mcfg._attn_implementation = "sdpa"
-        if mcfg.vocab_size != vocab and not (self.init is not None and mcfg.vocab_size > vocab):  # (a released model may pad its vocabulary)
-            raise InputError(f"model vocab_size {mcfg.vocab_size} != tokenizer size {vocab}")
-        return mcfg
 
     def _build_model(self, state: dict | None) -> None:
         import torch
@@ -347,9 +238,9 @@ class Trainer:
         if state is None and self.init is not None:  # every weight the folder has; its missing heads start fresh (seeded)
             self.init["fresh"] = load_init_weights(model, self.init["folder"])
             if self.id_map is not None:  # its vocabulary rows in the shards' order (the export moves them back)
-                from korbert.foreign import id_map, reorder_vocab
+                from korbert.foreign import own_ids, reorder_vocab
 
-                reorder_vocab(model, id_map(self.tok, self.mcfg.vocab_size).argsort())
+                reorder_vocab(model, own_ids(self.tok, self.mcfg.vocab_size))
         if not self.nsp:  # MLM only: the pooler and the NSP head get no gradient and stay as initialized
             for n, p in model.named_parameters():
                 if n.startswith(UNTRAINED_WITHOUT_NSP):
@@ -386,65 +277,33 @@ class Trainer:
             wrapped = torch.compile(wrapped, mode=mode)
         self.model, self.wrapped, self.opt = model, wrapped, opt
 
-    def _long_manifest(self, sm: dict) -> dict:
-        cfg = self.cfg
-        try:
-            lm = read_manifest(cfg.long_shards, "shards")
-        except (FileNotFoundError, ValueError) as e:
-            raise InputError(f"--long-shards {cfg.long_shards}: {e}") from None
-        if lm["tokenizer_hash"] != sm["tokenizer_hash"]:
-            raise InputError(
-                f"--long-shards {cfg.long_shards}: made with tokenizer {lm['tokenizer_hash'][:12]}, --shards with "
-                f"{sm['tokenizer_hash'][:12]}: build both with one tokenizer"
-            )
-        if lm["config"]["max_seq_len"] <= sm["config"]["max_seq_len"]:
-            raise InputError(
-                f"--long-shards {cfg.long_shards}: max_seq_len {lm['config']['max_seq_len']} is not longer than --shards' "
-                f"{sm['config']['max_seq_len']}"
-            )
-        if not 0 < cfg.long_phase < 1:
-            raise InputError(f"--long-phase must be in (0, 1), got {cfg.long_phase}")
-        if 0 < cfg.max_steps * cfg.long_phase < 1:
-            raise InputError(f"--long-phase {cfg.long_phase} of --max-steps {cfg.max_steps} is less than one step: the long phase would never start")
-        same = ("nsp", "masking", "mask_prob", "mask_unit", "instances", "single_sentence")
-        differ = [k for k in same if lm["config"].get(k) != sm["config"].get(k)]
-        if differ:
-            raise InputError(f"--long-shards {cfg.long_shards}: built with other {', '.join('--' + k.replace('_', '-') for k in differ)} than --shards")
-        return lm
-
-    def _build_data(self, train, valid, long_train) -> None:
-        """One phase per shards folder (the plan, its fixed shapes, its reader); the loader of the phase
-        this step is in. The long phase keeps the tokens per step: fewer, longer rows."""
-        from korbert.data import BatchPlan, eval_batches, fixed_counts, instance_lengths
+    def _build_data(self, train, valid, long_train, long_valid) -> None:
+        """The phases (korbert.phases), the loader workers and the held-out sets."""
+        from korbert.data import eval_batches
 
         cfg, dist = self.cfg, self.dist
         parts = dist.world * cfg.grad_accum
-        self.phases = []
-        for reader, max_len, where in ((train, self.max_len, cfg.shards), (long_train, self.long_len, cfg.long_shards)):
-            if reader is None:
-                continue
-            rows = max(parts, cfg.batch_size * parts * self.max_len // max_len // parts * parts)  # the same tokens per step
-            budget = {"tokens_per_step": cfg.tokens_per_batch} if cfg.tokens_per_batch else {"rows_per_step": rows}
-            try:
-                # one plan for the sampler (which runs ahead: prefetch) and the loop (token counts); it keeps two epochs
-                plan = BatchPlan(instance_lengths(reader), cfg.seed, max_len, pack=cfg.pack, parts=parts, buckets=cfg.compile or self.fixed, **budget)
-            except ValueError as e:
-                raise InputError(f"{where}: {e}") from None
-            # (predicted tokens, [CLS]) entries per micro-batch under fixed shapes: from the plan, the same on every rank
-            fixed = fixed_counts(plan, reader.mask_config.mask_prob, parts) if self.fixed else None
-            self.phases.append(_Phase(reader, plan, max_len, fixed))
+        readers = [(train, self.max_len, cfg.shards)] + ([(long_train, self.long_len, cfg.long_shards)] if long_train is not None else [])
+        self.phases = build_phases(cfg, readers, parts, self.fixed)
         self.global_batch = f"{cfg.tokens_per_batch} tokens" if cfg.tokens_per_batch else f"{cfg.batch_size * parts} rows"
+        if len(self.phases) > 1 and not cfg.tokens_per_batch:  # as many real tokens; their padded batches can be larger
+            largest = [p.plan.largest_padded() for p in self.phases]
+            self.global_batch += f" ({self.phases[1].plan.rows_fixed} in the long phase; largest batches {largest[0]:,} and {largest[1]:,} tokens padded)"
         self.workers = cfg.num_workers if cfg.num_workers >= 0 else default_workers(self.cuda)
         self.held_out = eval_batches(valid, cfg.eval_instances, max(cfg.batch_size, 64), cfg.seed, nsp=self.nsp) if dist.main else []
+        self.held_out_long = (  # the long phase's own held-out figure, on its shards' valid split
+            eval_batches(long_valid, cfg.eval_instances, max(cfg.batch_size, 64) * self.max_len // self.long_len, cfg.seed, nsp=self.nsp)
+            if dist.main and long_valid is not None else []
+        )
 
     @property
-    def phase(self) -> "_Phase":
-        return self.phases[1] if self.long_from is not None else self.phases[0]
+    def phase(self) -> Phase:
+        return self.phases[1] if self.in_long else self.phases[0]
 
     @property
     def phase_step(self) -> int:
-        """This step's global batch within its phase's plan (the long phase starts its plan at 0)."""
-        return self.step_no - (self.long_from or 0)
+        """This step's global batch within its phase's plan (each phase's plan starts at 0)."""
+        return self.pos[1 if self.in_long else 0]
 
     def _loader(self):
         """The DataLoader of the current phase, from the current step."""
@@ -461,9 +320,9 @@ class Trainer:
         )
 
     def _long_phase_due(self) -> bool:
-        """Whether the long phase starts at this step: the first step at which the budget's progress
-        reaches 1 - --long-phase (the same on every rank: steps, tokens and the agreed clock)."""
-        return len(self.phases) > 1 and self.long_from is None and self.progress() >= 1 - self.cfg.long_phase
+        """Whether this step is in the long phase (korbert.schedule.long_phase_due; the same on every
+        rank: steps, tokens and the agreed clock)."""
+        return len(self.phases) > 1 and long_phase_due(self.step_no, self.tokens, self.seconds, self.cfg)
 
     # -- the loop
     def progress(self) -> float:
@@ -531,6 +390,7 @@ class Trainer:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         tokens, attended = self.phase.plan.token_stats(self.phase_step)
+        self.pos[1 if self.in_long else 0] += 1
         self.tokens += tokens
         self.interval_tokens += tokens
         self.interval_attended += attended
@@ -574,11 +434,16 @@ class Trainer:
             )
         if (cfg.eval_every > 0 and step % cfg.eval_every == 0) or done:
             self.last_eval = evaluate(self.model, self.held_out, self.dev, self.autocast, self.nsp) if dist.main else {}
+            if self.held_out_long and (self.in_long or done):  # the long phase's shards, from its start on
+                long = evaluate(self.model, self.held_out_long, self.dev, self.autocast, self.nsp)
+                self.last_eval.update({f"long_{k}": v for k, v in long.items()})
             if self.last_eval:
                 e = self.last_eval
                 rec.update({f"eval_{k}": round(v, 5) if isinstance(v, float) else v for k, v in e.items()})
-                nsp_acc = f", nsp acc {e['nsp_acc']:.4f}" if self.nsp else ""
-                self.bar.write(f"step {step}: held-out mlm loss {e['mlm_loss']:.4f}, mlm acc {e['mlm_acc']:.4f}{nsp_acc}")
+                said = [f"mlm loss {e['mlm_loss']:.4f}, mlm acc {e['mlm_acc']:.4f}" + (f", nsp acc {e['nsp_acc']:.4f}" if self.nsp else "")] if "mlm_loss" in e else []
+                if "long_mlm_loss" in e:
+                    said.append(f"at {self.long_len}: mlm loss {e['long_mlm_loss']:.4f}, mlm acc {e['long_mlm_acc']:.4f}")
+                self.bar.write(f"step {step}: held-out {'; '.join(said)}")
         self._log(rec)
         if step % self.save_every == 0 or done:
             self._save_checkpoint()
@@ -603,7 +468,7 @@ class Trainer:
             return
         state = {
             "step": self.step_no, "tokens": self.tokens, "seconds": self.seconds, "run_key": self.key, "warm_end": self.warm_end,
-            "long_from": self.long_from,
+            "long_from": self.long_from, "phase_pos": self.pos, "bucketed": self.phases[0].plan.buckets,
             "model_config": self.mcfg.to_dict(), "world": self.dist.world,
             **({"init_fresh": self.init["fresh"]} if self.init else {}),
         }
@@ -632,7 +497,6 @@ class Trainer:
         self.last_eval, self.gnorm, self.lr = {}, None, 0.0
         self._reset_interval()
         self.bar = tqdm(total=cfg.max_steps or None, initial=self.step_no, desc="pretrain", unit="step", disable=None if dist.main else True, file=sys.stderr)
-        kill_at = int(os.environ.get("KORBERT_TEST_KILL_AT_STEP", "0"))  # tests: SIGKILL ourselves after this step
         it = iter(self._loader())
         prof = None  # --profile: the running profiler
         if cfg.profile and self.step_no > cfg.profile and dist.main:
@@ -648,8 +512,8 @@ class Trainer:
                     self.t_step = time.time()
                     if cfg.profile and self.step_no == cfg.profile and dist.main:
                         prof, t_prof = start_profile(self.cuda), time.time()
-                    if self._long_phase_due():
-                        self.long_from = self.step_no
+                    if not self.in_long and self._long_phase_due():
+                        self.in_long, self.long_from = True, self.step_no
                         del it  # the short phase's workers stop
                         it = iter(self._loader())
                         if dist.main:
@@ -668,8 +532,6 @@ class Trainer:
                         t0 = time.time()
                         self.interval(done)
                         self.excluded += time.time() - t0  # logging, evaluation and checkpoints are not training time
-                    if kill_at and self.step_no == kill_at:
-                        os.kill(os.getpid(), 9)
         except BaseException:
             if prof is not None:  # a failed run leaves no profiler running
                 prof.stop()
@@ -691,16 +553,12 @@ class Trainer:
             "shards_path": str(cfg.shards), "objective": cfg.objective,
             "model_config": {**self.mcfg.to_dict(), **({"pad_token_id": self.tok.pad_token_id} if self.id_map is not None else {})},
             # the longest sequence pretraining trained (positions past it are as initialized): fine-tuning checks it
-            "trained_seq_len": self.long_len if self.long_from is not None else self.max_len,
-            **({"long_shards_key": self.long_manifest["key"], "long_from_step": self.long_from} if self.long_manifest else {}),
+            "trained_seq_len": max(self.long_len if self.pos[1] else self.max_len, self.init["trained_seq_len"] if self.init else 0),
+            **({"long_shards_key": self.long_manifest["key"], "long_from_step": self.long_from, "long_steps": self.pos[1]} if self.long_manifest else {}),
             **({} if self.nsp else {"untrained": [f"{p}*" for p in UNTRAINED_WITHOUT_NSP]}),
             **({"init_from": {k: self.init[k] for k in ("folder", "weights_sha256", "fresh")}} if self.init else {}),
-            "corpus": {  # what the model card says it was trained on
-                "inputs": [{"file": Path(i["path"]).name, "bytes": i["bytes"], "sha256": i["sha256"],
-                            **({"first_documents": i["first_documents"]} if i.get("first_documents") else {})} for i in sm["inputs"]],
-                "documents": sm["counts"].get("documents_used"), "train_instances": sm["counts"]["train"]["instances"],
-                "train_tokens": sm["counts"]["train"]["tokens"],
-            },
+            "corpus": corpus_record(sm),  # what the model card says it was trained on
+            **({"long_corpus": corpus_record(self.long_manifest), "long_shards_path": str(cfg.long_shards)} if self.long_manifest else {}),
             "hardware": self.hardware, "tokenizer_class": type(self.tok).__name__,
             **({"license": cfg.license} if cfg.license else {}),
         }

@@ -10,7 +10,7 @@ changed setting redoes only the stages it reaches:
 
     out/vocab/     tokenizer (korbert vocab)          out/nsmc/{model,control,baseline}/
     out/shards/    NSP/MLM shards (korbert shards)    out/korquad/{model,control}/
-    out/shards-long/  the GPU presets' 512-token shards for BERT's second phase (the last 10% of pretraining)
+    out/shards-long/  512-token shards for BERT's second phase (cpu and the GPU presets: the last 10% of pretraining)
     out/pretrain/  ckpt.pt, log.jsonl, final/         out/report.md, report.json, plots/
 
 Every preset also fine-tunes the control (same architecture, random initialization, same
@@ -36,14 +36,13 @@ from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_json, read_manifest
 from corpus_tools.text import InputError
 
-SAMPLE = SAMPLE_DATA  # (importable from here, as before the sample moved to corpus_tools/)
 SHARED = Path(os.environ.get("KORBERT_SHARED_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
 STAGES = ("vocab", "shards", "shards_long", "pretrain", "nsmc", "korquad", "baseline")
 
 _sample = {
-    "corpus": [str(SAMPLE / "reviews.jsonl.gz"), str(SAMPLE / "petitions.jsonl.gz")],
-    "nsmc_train": str(SAMPLE / "nsmc_train.txt"), "nsmc_test": str(SAMPLE / "nsmc_test.txt"),
-    "korquad_dev": str(SAMPLE / "korquad_dev.json"),
+    "corpus": [str(SAMPLE_DATA / "reviews.jsonl.gz"), str(SAMPLE_DATA / "petitions.jsonl.gz")],
+    "nsmc_train": str(SAMPLE_DATA / "nsmc_train.txt"), "nsmc_test": str(SAMPLE_DATA / "nsmc_test.txt"),
+    "korquad_dev": str(SAMPLE_DATA / "korquad_dev.json"),
 }
 _shared = {
     "corpus": [str(SHARED / "corpus" / "reviews.jsonl.gz"), str(SHARED / "corpus" / "petitions.jsonl.gz")],
@@ -81,8 +80,7 @@ PRESETS = {
         "pretrain": {"model_size": "tiny", "override": ["num_hidden_layers=4"], "max_steps": 0, "max_minutes": 30, "batch_size": 64, "lr": 1e-3,
                      "eval_every": 500, "eval_instances": 2000, "long_phase": 0.1},
         "nsmc": {"epochs": 1, "lr": 1e-4, "batch_size": 64},
-        # KorQuAD F1, two fine-tuning seeds each (benchmarks/results/korquad-cpu-long-phase/): long phase + 128-token windows
-        # 13.95, long phase + 384 13.15, no long phase + 128 12.76; the control 7.28 (128), 10.66 (384)
+        # 128-token windows after the long phase: the best KorQuAD F1 of the settings tried (docs/results.md)
         "korquad": {"epochs": 2, "lr": 2e-4, "batch_size": 16, "max_len": 128, "stride": 32, "max_query_len": 40},
         "baseline": {},
     },
@@ -90,7 +88,7 @@ PRESETS = {
         **_shared,
         "corpus": [*_shared["corpus"], str(SHARED / "corpus" / "kowiki.jsonl.gz")],
         "about": "the shared corpus + kowiki (KorQuAD's domain); BERT-small for 1 hour on one H100 (bf16, torch.compile); "
-                 "lr 5e-4 after a 500-step warmup (benchmarks/results/recipe-gpu-small-h100.json: 1e-3 stalled, 2e-4 learned less)",
+                 "lr 5e-4 after a 500-step warmup (chosen among three: docs/results.md)",
         "vocab": {"vocab_size": 32000},
         "shards": {},
         "shards_long": {"max_seq_len": 512},  # BERT's second phase: the last 10% of the time on 512-token instances
@@ -161,12 +159,12 @@ def _coerce(cls, name: str, value: str):
 
 
 def stage_configs(cfg: RecipeConfig) -> dict:
-    from corpus_tools.shards import ShardsConfig
+    from corpus_tools.shards_config import ShardsConfig
     from corpus_tools.vocab import VocabConfig
     from evals.baseline import BaselineConfig
     from evals.korquad import KorquadConfig
     from evals.nsmc import NsmcConfig
-    from korbert.pretrain import PretrainConfig
+    from korbert.pretrain_config import PretrainConfig
 
     p = PRESETS[cfg.preset]
     out = Path(cfg.out or f"runs/{cfg.preset}")
@@ -183,10 +181,11 @@ def stage_configs(cfg: RecipeConfig) -> dict:
     control = cfg.control or ("start" if cfg.init_from else "random")
     if control == "start" and not cfg.init_from:
         raise InputError("--control start compares with the model --init-from continues: pass --init-from FOLDER")
+    start = None
     if cfg.init_from:
         from korbert.checkpoint import open_init_folder
 
-        open_init_folder(cfg.init_from)  # checked now, not after the shards
+        start = open_init_folder(cfg.init_from)  # checked now, not after the shards
     classes = {"vocab": VocabConfig, "shards": ShardsConfig, "shards_long": ShardsConfig, "pretrain": PretrainConfig, "nsmc": NsmcConfig, "korquad": KorquadConfig, "baseline": BaselineConfig}
     final = str(out / "pretrain" / "final")
     base = {
@@ -231,6 +230,8 @@ def stage_configs(cfg: RecipeConfig) -> dict:
         del cfgs["shards_long"]
     # windows past the positions pretraining will train are refused by the fine-tuning: say so now, not after hours
     trained = cfgs["shards_long"].max_seq_len if "shards_long" in cfgs else cfgs["shards"].max_seq_len
+    if cfg.init_from:  # and those the starting model had trained already
+        trained = max(trained, start.trained_positions)
     if cfgs["korquad"].max_len > trained and not cfgs["korquad"].allow_untrained_positions:
         raise InputError(
             f"korquad.max_len {cfgs['korquad'].max_len} is longer than the {trained} tokens pretraining trains: set "
@@ -246,8 +247,10 @@ def stage_configs(cfg: RecipeConfig) -> dict:
         del cfgs["vocab"]
     from korbert.folders import check_trained_positions
 
-    for mf in compared:
-        check_trained_positions(mf, cfgs["korquad"].max_len, cfgs["korquad"].allow_untrained_positions, False, "--set korquad.max_len=...")
+    # every folder fine-tuned as it is (--compare, and the starting model of --control start): checked before pretraining
+    for mf in compared + ([start] if control == "start" else []):
+        for task in ("nsmc", "korquad"):
+            check_trained_positions(mf, cfgs[task].max_len, cfgs[task].allow_untrained_positions, False, f"--set {task}.max_len=...")
     compare = []
     for folder in cfg.compare:
         slug = "compare-" + "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in Path(folder.rstrip("/")).name)
@@ -260,13 +263,15 @@ def stage_configs(cfg: RecipeConfig) -> dict:
     return {"out": out, "cfgs": cfgs, "compare": compare, "control": control}
 
 
-def _folder_key(folder: str) -> str:
-    """What a --compare folder's results depend on: its config, weights and tokenizer files."""
-    from corpus_tools.artifacts import file_record
+def _folder_key(folder: str, weights: bool = True) -> str:
+    """What fine-tuning a model folder reads: its config, its tokenizer files and (unless `weights` is
+    False: a random-init control) its weights. The evals are keyed on it, so a model trained further
+    into the same folder is scored again."""
+    from corpus_tools.artifacts import sha256_file
+    from korbert.folders import tokenizer_files_sha256, weights_sha256
 
     path = Path(folder)
-    names = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "tokenizer_config.json")
-    return _key([file_record(path / n)["sha256"] for n in names if (path / n).is_file()])
+    return _key(sha256_file(path / "config.json"), tokenizer_files_sha256(path), weights_sha256(path) if weights else "")
 
 
 def _inputs_key(c) -> list:
@@ -356,7 +361,8 @@ def main(cfg: RecipeConfig) -> dict:
     pm = stage("pretrain", lambda: pretrain_stage.main(cfgs["pretrain"]))
     if not rank0:
         return {}
-    model_key = pm["run_key"]
+    final = Path(cfgs["pretrain"].out) / "final"
+    model_key = _folder_key(str(final))  # what the evals read: a longer budget re-exports final/ and re-scores it
 
     # -- evaluations: skipped when they already ran on this model with these settings
     def ev(name: str, module, c, upstream: str) -> dict:
@@ -370,7 +376,7 @@ def main(cfg: RecipeConfig) -> dict:
         return r
 
     # the comparison row: a random init of this model (keyed by it), or the starting model (keyed by its files)
-    label, control_key = ("start", _folder_key(cfg.init_from)) if plan["control"] == "start" else ("control", model_key)
+    label, control_key = ("start", _folder_key(cfg.init_from)) if plan["control"] == "start" else ("control", _folder_key(str(final), weights=False))
     results = {
         "nsmc": ev("nsmc", nsmc_stage, cfgs["nsmc"], model_key),
         "nsmc_control": ev(f"nsmc ({label})", nsmc_stage, cfgs["nsmc_control"], control_key),
@@ -392,7 +398,6 @@ def main(cfg: RecipeConfig) -> dict:
     report = write_report(out, cfg, PRESETS[cfg.preset], cfgs, vm, sm, pm, results, times, time.time() - t_start, compared, plan["control"])
     from korbert.card import write_card  # the model card again, now with the results
 
-    final = Path(cfgs["pretrain"].out) / "final"
     nsmc, korquad = results["nsmc"], results["korquad"]
     protocol = "dev split by article" if korquad["protocol"]["name"] == "dev-split" else "official protocol, all of dev"
     datasets = {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, machine
-from evals.table import pct, render_table, result_row
+from korbert.table import pct, render_table, result_row
 
 _SHAPE = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
 
@@ -115,6 +115,11 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict | None, sm: 
             "global_batch": pm["config"]["global_batch"], "lr": pre.lr, "objective": pre.objective,
             "instances": sm["config"].get("instances", "document"), "tokens_per_instance": tr.get("tokens_per_instance"),
             "held_out_mlm_accuracy": pre_eval.get("mlm_acc"), "held_out_mlm_loss": pre_eval.get("mlm_loss"), "held_out_nsp_accuracy": pre_eval.get("nsp_acc"),
+            **({"long_phase": {
+                "steps": pm.get("long_steps"), "from_step": pm.get("long_from_step"), "max_seq_len": pm["long_corpus"]["max_seq_len"],
+                "shards": pm.get("long_shards_path"), "corpus": pm["long_corpus"],
+                "held_out_mlm_accuracy": pre_eval.get("long_mlm_acc"), "held_out_mlm_loss": pre_eval.get("long_mlm_loss"),
+            }} if pm.get("long_corpus") and pm.get("long_steps") else {}),
         },
         "finetuning": {
             "nsmc": {"n": pr["nsmc"]["n"], "epochs": cfgs["nsmc"].epochs, "lr": cfgs["nsmc"].lr, "examples_per_s": pr["nsmc"]["examples_per_s"], "full_test": pr["nsmc"]["full_test"]},
@@ -131,6 +136,19 @@ def _protocol(p) -> str:
     if isinstance(p, dict) and p.get("name") == "dev-split":
         return f"dev split by article: every {p['holdout_every']}th of the dev articles scored, {p['train_articles']} trained on"
     return p.get("name", "") if isinstance(p, dict) else str(p or "")
+
+
+def _long_phase_lines(lp: dict | None) -> list[str]:
+    """The long phase's paragraph: its steps, its shards' corpus and its own held-out figure."""
+    if not lp:
+        return []
+    lc = lp["corpus"]
+    files = ", ".join(i["file"] + (f" (first {i['first_documents']:,} documents)" if i.get("first_documents") else "") for i in lc["inputs"])
+    held = (f" Held-out MLM accuracy on its {lp['max_seq_len']}-token instances {pct(lp['held_out_mlm_accuracy'])}%, "
+            f"MLM loss {lp['held_out_mlm_loss']:.3f}." if lp.get("held_out_mlm_accuracy") is not None else "")
+    return [f"Long phase: {lp['steps']:,} steps in all (the last stretch from step {lp['from_step']:,}) on instances of up to {lp['max_seq_len']} tokens "
+            f"({lp['shards']}: {lc['documents']:,} documents of {files}; {lc['train_instances']:,} training instances, "
+            f"{lc['train_tokens']:,} tokens).{held}"]
 
 
 def render(r: dict) -> str:
@@ -174,6 +192,7 @@ def render(r: dict) -> str:
         f"Objective {p.get('objective', 'mlm+nsp')}, {p.get('instances', 'document')} instances{per_instance}.",
         f"Held-out MLM accuracy {pct(p['held_out_mlm_accuracy'])}%, MLM loss {p['held_out_mlm_loss'] or float('nan'):.3f}"
         + (f", NSP accuracy {pct(p['held_out_nsp_accuracy'])}%." if p.get("held_out_nsp_accuracy") is not None else " (MLM only: no NSP)."),
+        *_long_phase_lines(p.get("long_phase")),
         "",
     ]
     lines += [f"![{Path(x).stem}]({x})" for x in r["plots"]]

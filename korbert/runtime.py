@@ -13,7 +13,7 @@ from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, cpuinf
 from corpus_tools.text import InputError
 
 if TYPE_CHECKING:  # annotations only: no import at run time
-    from korbert.pretrain import PretrainConfig
+    from korbert.pretrain_config import PretrainConfig
 
 # bf16 dense peak, FLOP/s, by a substring of torch.cuda.get_device_name(); the first match wins
 PEAK_BF16_FLOPS = [

@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: no import at run time
-    from korbert.pretrain import PretrainConfig
+    from korbert.pretrain_config import PretrainConfig
 
 
 def lr_at(step: int, progress: float, cfg: PretrainConfig, steps_hint: int | None, warm_end: float | None = None) -> float:
@@ -27,3 +27,20 @@ def lr_at(step: int, progress: float, cfg: PretrainConfig, steps_hint: int | Non
         return cfg.lr * warm
     p = min(1.0, max(0.0, (progress - w) / max(1e-9, 1 - w)))
     return cfg.lr * ((1 - p) if cfg.schedule == "linear" else 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def long_phase_steps(max_steps: int, long_phase: float) -> int:
+    """Optimizer steps of a --max-steps budget that the long phase gets: the whole steps in share x steps
+    (0.29 x 100 is 28.999999999999996 in floating point: 29)."""
+    return math.floor(max_steps * long_phase + 1e-9)
+
+
+def long_phase_due(step: int, tokens: int, seconds: float, cfg: PretrainConfig) -> bool:
+    """Whether the step after `step` steps, `tokens` tokens and `seconds` of training belongs to the long
+    phase: the last --long-phase of whichever budget is nearest its end. Steps and tokens compare as
+    integers (a float share of a step count can fall a hair short of the step it names)."""
+    if cfg.max_steps > 0 and step >= cfg.max_steps - long_phase_steps(cfg.max_steps, cfg.long_phase):
+        return True
+    if cfg.max_tokens > 0 and tokens >= cfg.max_tokens - round(cfg.max_tokens * cfg.long_phase):
+        return True
+    return cfg.max_minutes > 0 and seconds >= 60 * cfg.max_minutes * (1 - cfg.long_phase)

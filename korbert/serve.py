@@ -41,8 +41,8 @@ class ServeConfig:
     model: str = ""
     host: str = "127.0.0.1"
     port: int = 8080
-    max_batch: int = 128  # texts merged from waiting requests per worker cycle; 128 / 32 / 10 ms measured best of the
-    # swept settings on 2 CPU cores with BERT-mini (benchmarks/results/serve-throughput.json)
+    max_batch: int = 128  # texts merged from waiting requests per worker cycle (the defaults: the best of a sweep,
+    # benchmarks/serve_throughput.py)
     forward_batch: int = 32  # texts per forward pass: a cycle's texts are sorted by length and run in batches of this size
     max_wait_ms: float = 10.0  # how long the oldest request may wait for company
     max_queue: int = 1024  # texts waiting; past it: 503

@@ -68,9 +68,7 @@ from transformers import TokenizersBackend
 from corpus_tools.morph import DEFAULT_KIWI, analyse_ahead, get_kiwi
 from corpus_tools.text import nfc, nfc_with_offsets
 from korbert.segmenter import SPACE, SPACES, KiwiPreTokenizer, Segmenter
-from korbert.segmenter import WordBatch, chunk_bounds  # noqa: F401  (importable from here, as before the split)
 from korbert.word_cache import CachedEncoding, PieceCache, gc_paused
-from korbert.word_cache import LazyEncodings  # noqa: F401  (importable from here, as before the split)
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0..4, always
 SPM_FILE = "spm.model"

@@ -297,7 +297,8 @@ def test_korquad_end_to_end_and_deterministic(model_dir, tmp_path, one_thread):
 
 
 def test_model_folder_errors(model_dir, tmp_path, capsys):
-    from evals.finetune import load_model, open_folder
+    from evals.finetune import load_model
+    from korbert.folders import open_folder
     from evals.nsmc import NsmcConfig
     from evals.nsmc import main as nsmc_main
     from korbert.cli import main as korbert

@@ -39,7 +39,7 @@ def _korquad(model, out, **kw):
 
 @pytest.mark.parametrize("which", ["korbert", "bert"])
 def test_cached_windows_equal_the_tokenizers_own_overflow(which, model_dir, bert_dir, tmp_path):
-    from evals.finetune import open_folder
+    from korbert.folders import open_folder
     from evals.korquad import prepare_features
 
     mf = open_folder(str(model_dir if which == "korbert" else bert_dir))
@@ -57,7 +57,7 @@ def test_cached_windows_equal_the_tokenizers_own_overflow(which, model_dir, bert
 
 
 def test_nsmc_features_equal_the_tokenizer_and_are_reused_by_model_and_control(model_dir, tmp_path, one_thread):
-    from evals.finetune import open_folder
+    from korbert.folders import open_folder
 
     before = dict(F.STATS)
     a = _nsmc(model_dir, tmp_path / "model")
@@ -130,7 +130,7 @@ def test_any_transformers_folder_end_to_end(bert_dir, tmp_path, one_thread):
 def test_cache_and_folder_errors(model_dir, bert_dir, tmp_path, capsys, one_thread):
     import shutil
 
-    from evals.finetune import open_folder
+    from korbert.folders import open_folder
     from korbert.cli import main as korbert
 
     mf = open_folder(str(model_dir))
@@ -168,3 +168,81 @@ def test_cache_and_folder_errors(model_dir, bert_dir, tmp_path, capsys, one_thre
     assert korbert(["eval", "korquad", "--model", str(slow), "--out", str(tmp_path / "kq"), "--max-train-examples", "5"]) == 2
     err = capsys.readouterr().err.strip()
     assert "gives no character offsets" in err and str(slow) in err and "\n" not in err
+
+
+# Both children wait at their first Dataset.map until the other one is there too, so both are
+# building the same feature set at once (the race of two evals started together on one --features
+# folder, made certain rather than left to timing). The wait gives up after a minute, so a fix that
+# serializes the builds with a lock would still finish.
+RACE = """\
+import os, sys, time
+from pathlib import Path
+from evals import features as F
+
+real, gate = F._map, Path(os.environ["RACE_GATE"])
+def _map(*a, **kw):
+    if not (gate / str(os.getpid())).exists():
+        (gate / str(os.getpid())).touch()
+        t = time.time()
+        while len(list(gate.iterdir())) < 2 and time.time() - t < 60:
+            time.sleep(0.05)
+    return real(*a, **kw)
+F._map = _map
+from korbert.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_race_two_evals_building_the_same_features(model_dir, tmp_path):
+    import os
+
+    from korbert.folders import open_folder
+
+    feats, gate = tmp_path / "feats", tmp_path / "gate"
+    gate.mkdir()
+    argv = ["eval", "nsmc", "--model", str(model_dir), "--features", str(feats), "--max-steps", "5", "--device", "cpu",
+            "--threads", "1", "--max-train-examples", "160", "--valid-size", "80", "--max-eval-examples", "100",
+            "--batch-size", "16", "--max-len", "48", "--seed", "5"]
+    env = {**os.environ, "RACE_GATE": str(gate)}
+    procs = [subprocess.Popen([sys.executable, "-c", RACE, *argv, "--out", str(tmp_path / f"run{i}")], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    assert len(list(gate.iterdir())) == 2  # both were building at once
+    # the cache ends complete: its two feature sets, no build folder left behind, and what a
+    # single process builds into an empty folder
+    assert sorted(d.name.split("-")[0] for d in feats.iterdir()) == ["nsmc", "nsmc"]
+    assert not list(feats.glob("*.partial*"))
+    mf = open_folder(str(model_dir))
+    for name in ("nsmc_train.txt", "nsmc_test.txt"):
+        rows = read_nsmc(SAMPLE / name)
+        got = F.nsmc(feats, mf, str(SAMPLE / name), rows, 48)
+        want = F.nsmc(tmp_path / "single", mf, str(SAMPLE / name), rows, 48)
+        assert not got.built and want.built
+        assert got.meta["files"] == want.meta["files"] and got.columns == want.columns
+    runs = [json.loads((tmp_path / f"run{i}" / "results.json").read_text(encoding="utf-8")) for i in range(2)]
+    assert runs[0]["metrics"] == runs[1]["metrics"] and runs[0]["features"]["folders"] == runs[1]["features"]["folders"]
+
+
+def test_race_build_folders_of_killed_processes_are_removed_once_stale(model_dir, tmp_path):
+    import os
+    import time
+
+    from korbert.folders import open_folder
+
+    mf = open_folder(str(model_dir))
+    path = SAMPLE / "nsmc_test.txt"
+    rows = read_nsmc(path)[:50]
+    root = tmp_path / "f"
+    dead, live = root / "nsmc-0123456789abcdef.partial", root / "nsmc-0123456789abcdef.partial-99-00ff00ff"
+    for d in (dead, live):
+        d.mkdir(parents=True)
+        (d / "reviews.arrow").write_bytes(b"x")
+    old = time.time() - (F.STALE_HOURS + 1) * 3600
+    for p in (dead / "reviews.arrow", dead):
+        os.utime(p, (old, old))
+    os.utime(live, (old, old))  # an old folder whose build still writes its file: still running
+    got = F.nsmc(root, mf, str(path), rows, 32)
+    assert got.built and not dead.exists() and (live / "reviews.arrow").exists()
+    assert sorted(p.name for p in root.iterdir()) == sorted([got.folder.name, live.name])

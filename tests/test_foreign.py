@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from conftest import sample_texts
+from corpus_tools.masking import masked_instance
 from corpus_tools.text import InputError
 
 
@@ -24,7 +25,8 @@ def wordpiece(bert_dir):
 
 @pytest.fixture(scope="module")
 def foreign_shards(tmp_path_factory, bert_dir, corpus_file) -> Path:
-    from corpus_tools.shards import ShardsConfig, main
+    from corpus_tools.shards import main
+    from corpus_tools.shards_config import ShardsConfig
 
     out = tmp_path_factory.mktemp("foreign-shards")
     main(ShardsConfig(tokenizer=str(bert_dir), inputs=[str(corpus_file)], out=str(out), valid_fraction=0.05, show=1, seed=1))
@@ -50,7 +52,8 @@ def test_documents_get_the_tokenizers_own_ids_words_and_kiwis_sentences(wordpiec
 
 
 def test_whole_word_masking_never_splits_a_word(wordpiece):
-    from corpus_tools.shard_format import MaskConfig, mask_tokens
+    from corpus_tools.masking import instance_keys, mask_batch
+    from corpus_tools.shard_format import MaskConfig
     from korbert.foreign import DocumentEncoder
 
     mcfg = MaskConfig.from_tokenizer(wordpiece, 0.3)
@@ -59,7 +62,8 @@ def test_whole_word_masking_never_splits_a_word(wordpiece):
     for seed, e in enumerate(encs):
         if len(e["ids"]) < 4:
             continue
-        _, labels = mask_tokens(e["ids"], np.zeros(len(e["ids"]), bool), e["morpheme"], np.random.default_rng(seed), mcfg)
+        _, masked = mask_batch(e["ids"], np.array([len(e["ids"])]), instance_keys(seed, 0, np.array([0])), e["morpheme"], mcfg)
+        labels = np.where(masked, e["ids"], -100)
         for w in np.unique(e["morpheme"]):
             chosen = labels[e["morpheme"] == w] != -100
             split_words += chosen.any() and not chosen.all()
@@ -90,7 +94,8 @@ def test_pretrain_continues_the_released_model_and_exports_its_tokenizer_unchang
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from korbert.folders import TOKENIZER_FILES
-    from korbert.pretrain import PretrainConfig, Trainer
+    from korbert.pretrain import Trainer
+    from korbert.pretrain_config import PretrainConfig
 
     c = PretrainConfig(shards=str(foreign_shards), out=str(tmp_path), init_from=str(bert_dir), max_steps=3, batch_size=8, lr=2e-3,
                        log_every=1, eval_every=0, eval_instances=32, num_workers=0, seed=3, precision="fp32")
@@ -126,7 +131,8 @@ def _bert_folder(tmp_path_factory, corpus_file, layout: str) -> Path:
 
 
 def _shards(tmp_path_factory, folder: Path, corpus_file) -> Path:
-    from corpus_tools.shards import ShardsConfig, main
+    from corpus_tools.shards import main
+    from corpus_tools.shards_config import ShardsConfig
 
     out = tmp_path_factory.mktemp("moved-shards")
     main(ShardsConfig(tokenizer=str(folder), inputs=[str(corpus_file)], out=str(out), valid_fraction=0.05, show=1, seed=1))
@@ -189,7 +195,9 @@ def test_specials_elsewhere_get_an_id_map_and_incomplete_specials_are_refused(be
 def test_a_slow_tokenizer_is_refused_with_the_reason(tmp_path):
     from transformers import ByT5Tokenizer  # a Python-only tokenizer that needs no vocabulary file
 
-    from corpus_tools.shards import ShardsConfig, main
+    from corpus_tools.shards import main
+
+    from corpus_tools.shards_config import ShardsConfig
 
     ByT5Tokenizer().save_pretrained(tmp_path / "slow")
     with pytest.raises(InputError, match=r"--tokenizer .*slow: ByT5Tokenizer is a slow \(Python-only\) tokenizer; korbert needs a fast one"):
@@ -221,7 +229,7 @@ def test_shards_from_a_tokenizer_with_specials_elsewhere_hold_mapped_ids(moved, 
         assert ids[0] == CLS and ids[b - 1] == SEP and ids[-1] == SEP
         a_own = own[ids[1 : b - 1]].tolist()  # back in the tokenizer's ids: a slice of one document's own tokens
         assert "," + ",".join(map(str, a_own)) + "," in haystack
-        item = reader.masked(i, np.random.default_rng(i))
+        item = masked_instance(reader, i, seed=i)
         masked += int((item["input_ids"] == MASK).sum())
         assert not np.isin(item["input_ids"], unused).any()  # random replacements are normal pieces
     assert masked > 0
@@ -236,7 +244,8 @@ def test_pretraining_moves_the_vocabulary_rows_and_the_export_moves_them_back(mo
 
     from korbert import foreign
     from korbert.checkpoint import export
-    from korbert.pretrain import PretrainConfig, Trainer
+    from korbert.pretrain import Trainer
+    from korbert.pretrain_config import PretrainConfig
 
     layout, moved_dir, moved_shards = moved
     c = PretrainConfig(shards=str(moved_shards), out=str(tmp_path / "run"), init_from=str(moved_dir), max_steps=2, batch_size=8, lr=2e-3,

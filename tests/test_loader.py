@@ -10,9 +10,9 @@ import torch
 
 from corpus_tools.shard_format import CLS, IGNORE, MASK, PAD, SEP, open_shards
 from korbert.data import BatchPlan, fixed_counts, instance_lengths, make_batch
-from korbert.masking import instance_keys, mask_batch, raw_draws
+from corpus_tools.masking import instance_keys, mask_batch, raw_draws
 from korbert.model import KorBertForPreTraining, bert_config
-from korbert.pretrain import MODEL_INPUTS
+from korbert.heldout import MODEL_INPUTS
 from conftest import sample_texts, write_jsonl
 
 
@@ -22,7 +22,8 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def _shards(vocab_dir, corpus, out, **kw) -> Path:
-    from corpus_tools.shards import ShardsConfig, main
+    from corpus_tools.shards import main
+    from corpus_tools.shards_config import ShardsConfig
 
     main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(corpus)], out=str(out), valid_fraction=0.05, show=0, seed=1, shard_mb=0.03, **kw))
     return out
@@ -219,7 +220,8 @@ def test_ranks_hash_disjoint_shares_of_the_shards(vocab_dir, corpus, tmp_path, m
 
     from corpus_tools import shard_format
     from corpus_tools.text import InputError
-    from korbert.pretrain import PretrainConfig, main
+    from korbert.pretrain import main
+    from korbert.pretrain_config import PretrainConfig
 
     folder = _shards(vocab_dir, corpus, tmp_path / "s")
     m = json.loads((folder / "manifest.json").read_text())

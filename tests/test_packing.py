@@ -11,9 +11,11 @@ import torch
 
 from corpus_tools.shard_format import CLS, SEP, open_shards
 from corpus_tools.pairs import is_valid as _is_valid
-from corpus_tools.shards import ShardsConfig, main as shards_main
+from corpus_tools.shards import main as shards_main
+from corpus_tools.shards_config import ShardsConfig
 from corpus_tools.text import InputError, clean
-from korbert.pretrain import PretrainConfig, UNTRAINED_WITHOUT_NSP, main as pretrain_main
+from korbert.pretrain import UNTRAINED_WITHOUT_NSP, main as pretrain_main
+from korbert.pretrain_config import PretrainConfig
 
 MAX_LEN = 32  # short instances: many sentences are cut and many documents share an instance
 SHARD_MB = 0.2  # ~3 pieces

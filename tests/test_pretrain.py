@@ -18,7 +18,12 @@ import torch
 from corpus_tools import config as C
 from corpus_tools.text import InputError
 from korbert.data import BatchPlan, instance_lengths, make_batch, micro_batches
-from korbert.pretrain import MODEL_INPUTS, AgreedClock, PretrainConfig, Trainer, default_workers, lr_at, main, peak_flops
+from korbert.distributed import AgreedClock, default_workers
+from korbert.heldout import MODEL_INPUTS
+from korbert.pretrain import Trainer, main
+from korbert.pretrain_config import PretrainConfig
+from korbert.runtime import peak_flops
+from korbert.schedule import lr_at
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["hidden_size=64", "num_hidden_layers=2", "num_attention_heads=2", "intermediate_size=128"]
@@ -26,7 +31,8 @@ TINY = ["hidden_size=64", "num_hidden_layers=2", "num_attention_heads=2", "inter
 
 @pytest.fixture(scope="module")
 def shards_dir(tmp_path_factory, vocab_dir, corpus_file) -> Path:
-    from corpus_tools.shards import ShardsConfig, main as shards_main
+    from corpus_tools.shards import main as shards_main
+    from corpus_tools.shards_config import ShardsConfig
 
     out = tmp_path_factory.mktemp("shards")
     shards_main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(corpus_file)], out=str(out), valid_fraction=0.05, show=0, seed=1))
@@ -47,16 +53,19 @@ def losses(out) -> list[float]:
     return [json.loads(line)["loss"] for line in Path(out, "log.jsonl").read_text().splitlines()]
 
 
-def _run_cli(args: list[str], env: dict | None = None, nproc: int = 0) -> subprocess.CompletedProcess:
+def _run_cli(args: list[str], env: dict | None = None, nproc: int = 0, kill_at: int = 0) -> subprocess.CompletedProcess:
+    """`korbert pretrain ARGS` in a subprocess (under torchrun with nproc), SIGKILLed after step kill_at if given."""
     e = {**os.environ, **(env or {})}
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), e.get("PYTHONPATH", "")]))  # a script's own folder comes first, not the root
+    prog = [str(ROOT / "tests" / "pretrain_killed.py"), str(kill_at)] if kill_at else ["-m", "korbert.pretrain"]
     if not nproc:
-        return subprocess.run([sys.executable, "-m", "korbert.pretrain", *args], env=e, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        return subprocess.run([sys.executable, *prog, *args], env=e, cwd=ROOT, capture_output=True, text=True, timeout=300)
     for _ in range(3):  # the free port picked here can be taken before torchrun binds it: try another
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1", f"--master_port={port}",
-               "-m", "korbert.pretrain", *args]
+               *prog, *args]
         p = subprocess.run(cmd, env=e, cwd=ROOT, capture_output=True, text=True, timeout=300)
         if "address already in use" not in p.stderr.lower():
             return p
@@ -196,7 +205,7 @@ def test_kill_and_resume_gives_the_same_losses(shards_dir, tmp_path, batching):
     whole = cfg(shards_dir, tmp_path / "whole", num_workers=1, **batching)
     main(whole)
     broken = cfg(shards_dir, tmp_path / "broken", num_workers=1, **batching)
-    p = _run_cli(_args(broken), env={"KORBERT_TEST_KILL_AT_STEP": "7"})
+    p = _run_cli(_args(broken), kill_at=7)
     assert p.returncode == -9, p.stderr[-2000:]
     assert len(losses(tmp_path / "broken")) == 7  # it logged steps 5-7 after the checkpoint of step 4
     r = main(broken)  # --resume is the default
@@ -208,7 +217,7 @@ def test_kill_and_resume_gives_the_same_losses(shards_dir, tmp_path, batching):
         return
     # killed before its first checkpoint: the rerun starts fresh and its log holds only its own lines
     early = cfg(shards_dir, tmp_path / "early", num_workers=1)
-    assert _run_cli(_args(early), env={"KORBERT_TEST_KILL_AT_STEP": "2"}).returncode == -9
+    assert _run_cli(_args(early), kill_at=2).returncode == -9
     main(early)
     assert losses(tmp_path / "early") == losses(tmp_path / "whole")
 
@@ -302,7 +311,7 @@ def test_kill_and_resume_on_two_ranks_with_dropout_without_kiwi(shards_dir, tmp_
     broken = cfg(shards_dir, tmp_path / "broken", batch_size=4, num_workers=1)
     p = _run_cli(_args(whole), env=no_kiwi, nproc=2)
     assert p.returncode == 0, p.stderr[-3000:]
-    p = _run_cli(_args(broken), env={**no_kiwi, "KORBERT_TEST_KILL_AT_STEP": "7"}, nproc=2)
+    p = _run_cli(_args(broken), env=no_kiwi, nproc=2, kill_at=7)
     assert p.returncode != 0 and not (tmp_path / "broken" / "final").exists()
     with pytest.raises(InputError, match="written by 2 process"):
         main(broken)
@@ -318,7 +327,7 @@ def test_kill_and_resume_on_two_ranks_with_dropout_without_kiwi(shards_dir, tmp_
 def test_pretrain_runs_and_exports_without_kiwi(shards_dir, tmp_path, no_kiwi):
     """One process where `import kiwipiepy` fails: pretraining, a resume and the export work."""
     c = cfg(shards_dir, tmp_path, max_steps=6, save_every=2, log_every=1)
-    p = _run_cli(_args(c), env={**no_kiwi, "KORBERT_TEST_KILL_AT_STEP": "3"})
+    p = _run_cli(_args(c), env=no_kiwi, kill_at=3)
     assert p.returncode == -9, p.stderr[-2000:]
     p = _run_cli(_args(c), env=no_kiwi)
     assert p.returncode == 0 and "resuming" in p.stdout, p.stderr[-2000:]
@@ -569,7 +578,8 @@ def test_torch_floor_has_the_names_the_loop_uses():
 @pytest.fixture(scope="module")
 def long_shards_dir(tmp_path_factory, vocab_dir, corpus_file) -> Path:
     """The same corpus and tokenizer as `shards_dir`, at max_seq_len 256: the long phase's shards."""
-    from corpus_tools.shards import ShardsConfig, main as shards_main
+    from corpus_tools.shards import main as shards_main
+    from corpus_tools.shards_config import ShardsConfig
 
     out = tmp_path_factory.mktemp("shards256")
     shards_main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(corpus_file)], out=str(out), valid_fraction=0.05, show=0, seed=1, max_seq_len=256))
@@ -593,7 +603,12 @@ def test_long_phase_switches_at_the_planned_step_trains_the_positions_and_resume
     assert losses(tmp_path / "whole")[:7] == losses(tmp_path / "short")[:7] and losses(tmp_path / "whole")[7:] != losses(tmp_path / "short")[7:]
     assert all(r["tokens"] - p["tokens"] <= 2048 for p, r in zip(log, log[1:]))
     assert whole["trained_seq_len"] == 256 and short["trained_seq_len"] == 128 and whole["long_from_step"] == 7
-    assert json.loads((tmp_path / "whole" / "final" / "manifest.json").read_text())["trained_seq_len"] == 256
+    fm = json.loads((tmp_path / "whole" / "final" / "manifest.json").read_text())
+    assert fm["trained_seq_len"] == 256 and fm["long_steps"] == 3 and fm["long_corpus"]["max_seq_len"] == 256
+    assert 0 < fm["eval"]["long_mlm_acc"] < 1 and fm["eval"]["long_instances"] > 0  # the long phase's own held-out figure
+    assert all("eval_long_mlm_loss" not in r for r in log[:7]) and "eval_long_mlm_loss" in log[-1]
+    card = (tmp_path / "whole" / "final" / "README.md").read_text()
+    assert "The long phase (the last 3 steps) read instances of up to 256 tokens made from the same files" in card
 
     torch.manual_seed(3)  # the run's initialization (seed 3, the same model config)
     from transformers import BertConfig
@@ -605,12 +620,104 @@ def test_long_phase_switches_at_the_planned_step_trains_the_positions_and_resume
 
     for kill in ("9", "5"):  # inside the long phase (checkpoint at 8), and before the switch (checkpoint at 4)
         broken = cfg(shards_dir, tmp_path / f"broken{kill}", long_shards=str(long_shards_dir), long_phase=0.3, **common)
-        p = _run_cli(_args(broken), env={"KORBERT_TEST_KILL_AT_STEP": kill})
+        p = _run_cli(_args(broken), kill_at=int(kill))
         assert p.returncode == -9, p.stderr[-2000:]
         main(broken)
         assert losses(tmp_path / f"broken{kill}") == losses(tmp_path / "whole"), kill
         a, b = weights(tmp_path / "whole"), weights(tmp_path / f"broken{kill}")
         assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_long_phase_under_a_row_budget_keeps_the_real_tokens_per_step(shards_dir, long_shards_dir, tmp_path):
+    """--batch-size rows of 128-token document instances, then the long phase on 256-token ones: its rows
+    are as many as keep the real tokens per step (rows x 128 / 256 kept them only for full rows)."""
+    for pack in (False, True):
+        t = Trainer(cfg(shards_dir, tmp_path / f"rows{pack}", batch_size=16, pack=pack, long_shards=str(long_shards_dir), long_phase=0.5))
+        mean = []
+        for phase in t.phases:  # real tokens per step, over a whole epoch of each phase's plan
+            steps = len(phase.plan._epoch(0)[3])
+            mean.append(np.mean([phase.plan.token_stats(i)[0] for i in range(steps)]))
+        assert abs(mean[1] / mean[0] - 1) < 0.05, (pack, mean)
+
+
+def test_held_out_instances_are_drawn_from_the_whole_valid_split(shards_dir, monkeypatch):
+    """The valid split is in input order (the first file's documents first): the held-out set is a seeded
+    sample of all of it, not its first n instances, and the same for the same seed."""
+    import korbert.data as D
+    from corpus_tools.shard_format import open_shards
+
+    valid = open_shards(shards_dir, split="valid", verify=False)
+    make_batch, seen = D.make_batch, []
+
+    def recording(reader, rows, *a, **kw):
+        seen.extend(int(r[0]) for r in rows)
+        return make_batch(reader, rows, *a, **kw)
+
+    monkeypatch.setattr(D, "make_batch", recording)
+    picks = []
+    for seed in (3, 3, 4):
+        seen.clear()
+        D.eval_batches(valid, 32, 8, seed)
+        picks.append(sorted(seen))
+    n = len(valid)
+    assert n > 100 and len(picks[0]) == len(set(picks[0])) == 32
+    assert picks[0] == picks[1] != picks[2]  # seeded
+    assert max(picks[0]) > n // 2 and min(picks[0]) < n // 2  # from both halves of the split, not its first 32
+    seen.clear()
+    D.eval_batches(valid, n + 10, 64, 3)
+    assert sorted(seen) == list(range(n))  # asking for more than the split holds: all of it, once
+
+
+def test_long_phase_takes_the_last_share_of_a_step_budget_in_whole_steps():
+    """The switch compares integers: every share of 1-99% of 10-3,000 steps gets its whole steps in the long
+    phase (the float comparison step / steps >= 1 - share lost one in 1,470 of these combinations: 0.29 of 100
+    gave 28)."""
+    from korbert.schedule import long_phase_due, long_phase_steps
+
+    lost = []
+    for pct in range(1, 100):
+        for steps in range(10, 3001):
+            want = steps * pct // 100  # whole steps, in integers
+            assert long_phase_steps(steps, pct / 100) == want
+            if want == 0:
+                continue
+            c = PretrainConfig(max_steps=steps, long_phase=pct / 100)
+            first = steps - want
+            if long_phase_due(first - 1, 0, 0.0, c) or not long_phase_due(first, 0, 0.0, c):
+                lost.append((pct, steps))
+    assert not lost, lost[:5]
+
+
+def test_a_longer_budget_after_a_finished_run_replans_the_long_phase(shards_dir, long_shards_dir, tmp_path):
+    """10 steps with the last 3 long, then a budget of 20: steps 11-14 go back to the short phase (its plan
+    where it stopped), the last 6 (of 20) are long, and the long plan continues after its 3 steps."""
+    common = dict(tokens_per_batch=2048, pack=True, num_workers=0, long_shards=str(long_shards_dir), long_phase=0.3)
+    main(cfg(shards_dir, tmp_path / "run", **common))
+    r = main(cfg(shards_dir, tmp_path / "run", **{**common, "max_steps": 20}))
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [x["seq_len"] for x in log] == [128] * 7 + [256] * 3 + [128] * 4 + [256] * 6
+    assert r["long_steps"] == 9 and r["long_from_step"] == 14 and r["trained_seq_len"] == 256
+    assert "The long phase (9 steps in all, the last 6 from step 14)" in (tmp_path / "run" / "final" / "README.md").read_text()
+    state = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=False)["state"]
+    assert state["phase_pos"] == [11, 9]
+
+
+def test_a_token_budget_without_packing_is_not_resumed_across_compile(shards_dir, tmp_path):
+    """--compile rounds a token budget's batches to buckets (other batches): a run is resumed only as it was cut."""
+    from corpus_tools.shard_format import open_shards
+    from korbert.checkpoint import run_key
+
+    eager = PretrainConfig(tokens_per_batch=4096)
+    compiled = PretrainConfig(tokens_per_batch=4096, compile=True)
+    assert run_key(eager, "s", "t", 1, "fp32", False) != run_key(compiled, "s", "t", 1, "fp32", False)
+    packed = [PretrainConfig(tokens_per_batch=4096, pack=True, compile=c) for c in (False, True)]
+    assert run_key(packed[0], "s", "t", 1, "fp32", False) == run_key(packed[1], "s", "t", 1, "fp32", False)  # one cut either way
+    lengths = instance_lengths(open_shards(shards_dir, split="train", verify=False))
+    cuts = [len(BatchPlan(lengths, 0, 128, tokens_per_step=2048, buckets=b)._epoch(0)[3]) for b in (False, True)]
+    assert cuts[0] != cuts[1]  # why: the two cut one epoch into different batches
+    main(cfg(shards_dir, tmp_path / "run", tokens_per_batch=1024, max_steps=4))
+    with pytest.raises(InputError, match="was trained without --compile .*resume it without --compile"):
+        Trainer(cfg(shards_dir, tmp_path / "run", tokens_per_batch=1024, max_steps=8, compile=True))
 
 
 def test_long_shards_are_checked(shards_dir, long_shards_dir, tmp_path):
@@ -620,13 +727,25 @@ def test_long_shards_are_checked(shards_dir, long_shards_dir, tmp_path):
         main(cfg(shards_dir, tmp_path / "b", long_shards=str(long_shards_dir), long_phase=1.0))
     with pytest.raises(InputError, match="less than one step"):
         main(cfg(shards_dir, tmp_path / "c", long_shards=str(long_shards_dir), long_phase=0.05))  # of 10 steps
-    from corpus_tools.shards import ShardsConfig, main as shards_main
+    from corpus_tools.shards import main as shards_main
+    from corpus_tools.shards_config import ShardsConfig
 
     m = json.loads((long_shards_dir / "manifest.json").read_text())
     other = tmp_path / "by-token"
     shards_main(ShardsConfig(tokenizer=str(long_shards_dir / "tokenizer"), inputs=[m["inputs"][0]["path"]], out=str(other), show=0, max_seq_len=256, mask_unit="token"))
     with pytest.raises(InputError, match="built with other --mask-unit than --shards"):
         main(cfg(shards_dir, tmp_path / "d", long_shards=str(other), long_phase=0.3))
+    # long shards from other files: refused, unless asked for; the card then lists the long phase's files
+    half = tmp_path / "half.jsonl"
+    lines = Path(m["inputs"][0]["path"]).read_text(encoding="utf-8").splitlines(keepends=True)
+    half.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    shards_main(ShardsConfig(tokenizer=str(long_shards_dir / "tokenizer"), inputs=[str(half)], out=str(elsewhere), valid_fraction=0.05, show=0, seed=1, max_seq_len=256))
+    with pytest.raises(InputError, match="built from other input files than --shards .*half.jsonl.*--long-other-inputs"):
+        main(cfg(shards_dir, tmp_path / "e", long_shards=str(elsewhere), long_phase=0.3))
+    main(cfg(shards_dir, tmp_path / "f", long_shards=str(elsewhere), long_phase=0.3, long_other_inputs=True))
+    card = (tmp_path / "f" / "final" / "README.md").read_text()
+    assert "made from other files" in card and "| long-phase file | bytes | sha256 |" in card and "| half.jsonl |" in card
 
 
 def test_run_key_reads_500_and_500_0_as_one_setting():
@@ -727,6 +846,17 @@ def test_init_from_starts_from_the_folders_weights_then_trains_them(shards_dir, 
     assert AutoModelForMaskedLM.from_pretrained(tmp_path / "cont" / "final").config.hidden_size == 64
     # the same command again is up to date; another starting folder is another run
     assert main(_continued(shards_dir, tmp_path / "cont", released, max_steps=3))["step"] == 3
+
+
+def test_continued_model_keeps_the_positions_its_start_had_trained(shards_dir, released, tmp_path):
+    """A start pretrained to 256 tokens, continued on 128-token shards: the result has trained 256."""
+    import shutil
+
+    start = shutil.copytree(released, tmp_path / "start")
+    m = json.loads((start / "manifest.json").read_text())
+    (start / "manifest.json").write_text(json.dumps({**m, "trained_seq_len": 256}))
+    assert main(_continued(shards_dir, tmp_path / "cont", start, max_steps=1))["trained_seq_len"] == 256
+    assert main(_continued(shards_dir, tmp_path / "cont128", released, max_steps=1))["trained_seq_len"] == 128
 
 
 def test_init_from_a_bare_encoder_starts_its_missing_heads_fresh(shards_dir, released, tmp_path, no_kiwi):

@@ -20,7 +20,7 @@ TINY = [
 def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_path, corpus_file, bert_dir, capsys):
     import shutil
 
-    from korbert.recipe import SAMPLE
+    from corpus_tools import SAMPLE_DATA as SAMPLE
 
     out = tmp_path / "run"
     nsmc_test = shutil.copy(SAMPLE / "nsmc_test.txt", tmp_path / "ratings_test.txt")  # edited in place at the end
@@ -67,13 +67,15 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
     assert not {"korquad", "korquad (control)", "baseline"} & set(changed["stage_seconds"])
     assert changed["table"][2:] == r["table"][3:]  # the baselines were not redone (and no --compare this time)
 
-    capsys.readouterr()  # a shards option: shards and pretraining are replaced (not refused), the model's evals redone
-    redo_cfg = RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, "shards.short_seq_prob=0.2"], nsmc_test=str(nsmc_test))
+    # a shards option: shards and pretraining are replaced (not refused), the new model's evals redone; the control
+    # reads no weights (its architecture and tokenizer are the same): not redone
+    capsys.readouterr()
+    redo_cfg = RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, "shards.seed=5"], nsmc_test=str(nsmc_test))
     redo = main(redo_cfg)
     said = capsys.readouterr()
     assert "rebuilding" in said.err and "starting over" in said.out and "vocabulary up to date" in said.out
-    assert json.loads((out / "shards" / "manifest.json").read_text())["config"]["short_seq_prob"] == 0.2
-    assert {"korquad", "korquad (control)"} <= set(redo["stage_seconds"]) and "baseline" not in redo["stage_seconds"]
+    assert json.loads((out / "shards" / "manifest.json").read_text())["config"]["seed"] == 5
+    assert "korquad" in redo["stage_seconds"] and not {"korquad (control)", "baseline"} & set(redo["stage_seconds"])
 
     # the NSMC-R test file edited in place (same path): the stages that read it are redone, not reused
     lines = nsmc_test.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -81,6 +83,18 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
     edited = main(redo_cfg)
     assert {"nsmc", "nsmc (control)", "baseline"} <= set(edited["stage_seconds"])
     assert not {"korquad", "korquad (control)"} & set(edited["stage_seconds"])
+
+    # a longer budget: pretraining goes on to step 12 and re-exports final/, whose model the evals are keyed on: it is
+    # scored again; the control (no weights read) and the baseline are not
+    from dataclasses import replace
+
+    longer = main(replace(redo_cfg, set=[*redo_cfg.set, "pretrain.max_steps=12"]))
+    assert {"pretrain", "nsmc", "korquad"} <= set(longer["stage_seconds"]) and longer["pretraining"]["steps"] == 12
+    assert not {"nsmc (control)", "korquad (control)", "baseline"} & set(longer["stage_seconds"])
+    nsmc = json.loads((out / "nsmc" / "model" / "results.json").read_text())["metrics"]
+    meta, body = read_card(out / "pretrain" / "final" / "README.md")
+    scores = {m["type"]: m["value"] for res in meta["model-index"][0]["results"] for m in res["metrics"]}
+    assert scores["accuracy"] == round(100 * nsmc["accuracy"], 2) and "12 optimizer steps" in body
 
 
 def test_recipe_errors_name_the_problem(tmp_path):
@@ -98,7 +112,7 @@ def test_recipe_errors_name_the_problem(tmp_path):
 
 def test_report_names_the_model_with_its_shape_overrides():
     """A size preset whose shape is overridden is another model: the report's rows say so."""
-    from korbert.pretrain import PretrainConfig
+    from korbert.pretrain_config import PretrainConfig
     from korbert.report import model_name
 
     assert model_name(PretrainConfig(model_size="tiny")) == "BERT-tiny"
@@ -228,6 +242,28 @@ def test_init_from_continues_a_korbert_model_and_compares_with_where_it_started(
     assert meta["base_model"] == str(start.resolve()) and "| start: first/final, as it was | starting model |" in body
     md = (tmp_path / "cont" / "report.md").read_text()
     assert "The comparison row is the starting model" in md and f"the one of {start}" in md
+
+
+def test_starting_model_rows_are_checked_against_their_trained_positions_before_pretraining(tmp_path, corpus_file, model_dir):
+    """--control start fine-tunes the --init-from folder as it is: windows past the positions it was
+    pretrained on are refused before any work; the continued model counts the start's trained positions."""
+    import shutil
+
+    import pytest
+
+    from korbert.recipe import stage_configs
+
+    start = shutil.copytree(model_dir, tmp_path / "start")
+    (start / "manifest.json").write_text(json.dumps({"trained_seq_len": 128}))
+    sets = ["korquad.max_len=256", "korquad.stride=64", "shards_long.max_seq_len=256"]
+    with pytest.raises(InputError, match=r"--init-from .*start: --max-len 256 is longer than the 128 tokens"):
+        stage_configs(RecipeConfig(preset="demo", out=str(tmp_path / "a"), corpus=[str(corpus_file)], init_from=str(start), set=sets))
+    assert stage_configs(RecipeConfig(preset="demo", out=str(tmp_path / "b"), corpus=[str(corpus_file)], init_from=str(start),
+                                      control="random", set=sets))["cfgs"]["korquad"].max_len == 256
+    # a start that trained 512 positions (a folder without a korbert manifest: all it has) lets 128-token shards fine-tune at 384
+    wide = stage_configs(RecipeConfig(preset="demo", out=str(tmp_path / "c"), corpus=[str(corpus_file)], init_from=str(model_dir),
+                                      set=["korquad.max_len=384"]))
+    assert wide["cfgs"]["korquad"].max_len == 384
 
 
 def test_init_from_options_are_checked_before_any_work(tmp_path, corpus_file, bert_dir):

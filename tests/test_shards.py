@@ -16,8 +16,10 @@ import pytest
 
 from conftest import SAMPLE, sample_texts, write_jsonl
 from corpus_tools.artifacts import read_manifest, sha256_file
-from corpus_tools.shard_format import CLS, IGNORE, MASK, SEP, MaskConfig, first_normal_id, mask_tokens, open_shards, shard_columns
-from corpus_tools.shards import ShardsConfig, main
+from corpus_tools.masking import instance_keys, mask_batch, masked_instance
+from corpus_tools.shard_format import CLS, IGNORE, MASK, SEP, MaskConfig, first_normal_id, open_shards, shard_columns
+from corpus_tools.shards import main
+from corpus_tools.shards_config import ShardsConfig
 from corpus_tools.text import InputError
 
 
@@ -228,32 +230,27 @@ def _find(seq: list[int], part: list[int]) -> list[int]:
 def test_whole_unit_masking_masks_every_piece_of_a_unit(tok):
     texts = sample_texts(200, "petitions")[:20]
     cfg = MaskConfig.from_tokenizer(tok)
-    rng = np.random.default_rng(0)
+    encs = tok.encode_documents(texts)
+    ids = [np.r_[CLS, e["ids"][:299]] for e in encs]
+    lengths = np.array([len(x) for x in ids])
+    keys = instance_keys(0, 0, np.arange(len(ids)))
+
+    def chosen(units):  # per instance: which tokens mask_batch picks
+        _, masked = mask_batch(np.concatenate(ids), lengths, keys, None if units is None else np.concatenate(units), cfg)
+        return np.split(masked, np.cumsum(lengths)[:-1])
+
     multi = 0
     for unit in ("morpheme", "eojeol"):
-        for enc in tok.encode_documents(texts):
-            ids, units = enc["ids"][:300], enc[unit][:300]
-            sizes = np.unique(units, return_counts=True)[1]
-            multi += (sizes > 1).sum()
-            special = np.zeros(len(ids), dtype=bool)
-            special[0] = True
-            _, labels = mask_tokens(ids, special, units, rng, cfg)
-            chosen = labels != IGNORE
-            assert not chosen[0]
-            k = max(1, round((len(ids) - 1) * 0.15))
-            assert 0 < chosen.sum() <= k
-            for u in np.unique(units[chosen]):
-                members = (units == u) & ~special
-                assert chosen[members].all(), (unit, u)  # all pieces of a chosen unit, together
+        units = [np.r_[-1, e[unit][:299]] for e in encs]
+        for c, u in zip(chosen(units), units):
+            multi += (np.unique(u[1:], return_counts=True)[1] > 1).sum()
+            assert not c[0] and 0 < c.sum() <= max(1, round((len(u) - 1) * 0.15))
+            for v in np.unique(u[c]):
+                assert c[u == v].all(), (unit, v)  # all pieces of a chosen unit, together
     assert multi > 100  # the check above had units of several pieces to get wrong
     # token-level masking does split units: the test above can tell the difference
-    split = 0
-    for enc in tok.encode_documents(texts):
-        ids, units = enc["ids"], enc["morpheme"]
-        _, labels = mask_tokens(ids, np.zeros(len(ids), dtype=bool), None, rng, cfg)
-        chosen = labels != IGNORE
-        split += sum(not chosen[units == u].all() for u in np.unique(units[chosen]))
-    assert split > 0
+    units = [np.r_[-1, e["morpheme"][:299]] for e in encs]
+    assert sum(not c[u == v].all() for c, u in zip(chosen(None), units) for v in np.unique(u[c])) > 0
 
 
 def test_encode_documents_matches_the_tokenizer_and_pipelines(tok):
@@ -275,21 +272,6 @@ def test_encode_documents_matches_the_tokenizer_and_pipelines(tok):
         assert x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x)
 
 
-def test_mask_tokens_counts_and_never_touches_specials(tok):
-    cfg = MaskConfig.from_tokenizer(tok)
-    ids = np.arange(300, 400, dtype=np.int32)
-    special = np.zeros(100, dtype=bool)
-    special[[0, 50, 99]] = True
-    out, labels = mask_tokens(ids, special, None, np.random.default_rng(1), cfg)
-    assert (labels != IGNORE).sum() == round(97 * 0.15) and (labels[special] == IGNORE).all()
-    assert (out[labels == IGNORE] == ids[labels == IGNORE]).all() and out.dtype == ids.dtype
-    one = np.array([CLS, 500, SEP], dtype=np.int32)
-    _, labels = mask_tokens(one, one != 500, None, np.random.default_rng(0), cfg)
-    assert labels.tolist() == [IGNORE, 500, IGNORE]  # at least one token, even in a tiny instance
-    again = mask_tokens(ids, special, None, np.random.default_rng(1), cfg)
-    assert (again[0] == out).all()  # same generator state, same masks
-
-
 def test_dynamic_shards_store_units_and_the_loader_masks_them(vocab_dir, mixed, tmp_path):
     m = run(vocab_dir, [mixed], tmp_path, mask_unit="eojeol")
     assert m["config"]["masking"] == "dynamic" and m["config"]["dupe_factor"] == 1
@@ -297,9 +279,9 @@ def test_dynamic_shards_store_units_and_the_loader_masks_them(vocab_dir, mixed, 
     it = reader[3]
     assert "labels" not in it and it["unit_ids"].dtype == np.int8 and it["unit_ids"][0] == -1
     assert it["input_ids"].dtype == np.uint16
-    rng = np.random.default_rng(0)
-    a, *more = (reader.masked(3, rng)["labels"] for _ in range(4))
-    assert (a != IGNORE).any() and any(not np.array_equal(a, b) for b in more)  # new masks each epoch
+    draws = [[masked_instance(reader, i, epoch=e)["labels"] for e in range(4)] for i in range(len(reader))]
+    assert sum((a != IGNORE).any() for a, *_ in draws) > 0.8 * len(reader)  # (short words: no eojeol may fit round(15%))
+    assert sum(any(not np.array_equal(a, b) for b in more) for a, *more in draws) > 0.5 * len(reader)  # new masks each epoch
     c = m["counts"]
     assert c["documents_in"] == 630 == c["documents_used"] + sum(c["documents_skipped"].values())
     # whole eojeols: a unit that would overshoot round(15%) is skipped (BERT's whole-word masking), so
@@ -316,10 +298,51 @@ def test_dynamic_shards_by_token_have_no_units(vocab_dir, mixed, tmp_path):
     assert m["config"]["masking"] == "dynamic" and not list(tmp_path.glob("a/**/*.units.npy"))
     reader = open_shards(tmp_path / "a")
     assert "unit_ids" not in reader[0]
-    masked = sum(int((reader.masked(i, np.random.default_rng(i))["labels"] != IGNORE).sum()) for i in range(len(reader)))
+    masked = sum(int((masked_instance(reader, i)["labels"] != IGNORE).sum()) for i in range(len(reader)))
     words = sum(len(reader[i]["input_ids"]) - 3 for i in range(len(reader)))  # all but [CLS] and two [SEP]
     assert 0.14 < masked / words < 0.16, masked / words
     assert 0.14 < m["counts"]["train"]["masking"]["masked_share"] < 0.16
+
+
+@pytest.mark.parametrize("masking", ["dynamic", "static"])
+def test_the_stage_masks_and_measures_with_the_loaders_mask_batch(vocab_dir, mixed, tmp_path, monkeypatch, masking):
+    """One masking implementation: the manifest's masking counts are those of `mask_batch` (the
+    function the training loader masks with) on the shards' instances, and static shards hold
+    exactly its masks."""
+    from corpus_tools import masking as M, shard_task
+
+    calls = []
+
+    def spy(ids, lengths, keys, units, cfg):
+        out, masked = M.mask_batch(ids, lengths, keys, units, cfg)
+        calls.append((np.asarray(ids, np.int64), np.asarray(lengths), out, masked))
+        return out, masked
+
+    monkeypatch.setattr(shard_task, "mask_batch", spy)
+    monkeypatch.setattr(shard_task, "DYNAMIC_STATS_FIRST", 10**9)  # dynamic: every instance measured
+    m = run(vocab_dir, [mixed], tmp_path, masking=masking, dupe_factor=2, shard_mb=0.03)
+    assert calls, "the shards stage masked without mask_batch"
+    ids, lengths, out, masked = (np.concatenate(x) for x in zip(*calls))
+    special = (ids == CLS) | (ids == SEP)
+    got = out[masked]
+    want = {
+        "candidate_tokens": int((~special).sum()), "masked": int(masked.sum()), "as_mask": int((got == MASK).sum()),
+        "as_keep": int((got == ids[masked]).sum()), "as_random": int(((got != MASK) & (got != ids[masked])).sum()),
+    }
+    assert {k: sum(m["counts"][s]["masking"][k] for s in ("train", "valid")) for k in want} == want
+
+    def instances(sizes, *columns) -> list[tuple]:  # one tuple of bytes per instance, sorted
+        ends = np.cumsum(sizes)
+        return sorted(tuple(np.asarray(c[e - n : e], np.int64).tobytes() for c in columns) for e, n in zip(ends, sizes))
+
+    shards = [sh for s in ("train", "valid") for sh in m["shards"][s]]
+    sizes = np.concatenate([np.diff(np.load(tmp_path / f"{sh['path']}.offsets.npy")) for sh in shards])
+    tokens = np.concatenate([np.load(tmp_path / f"{sh['path']}.tokens.npy") for sh in shards]).astype(np.int64)
+    if masking == "dynamic":  # the measured instances are the shards' own
+        assert instances(lengths, ids) == instances(sizes, tokens)
+    else:  # the written masks are mask_batch's
+        labels = np.concatenate([np.load(tmp_path / f"{sh['path']}.labels.npy") for sh in shards]).astype(np.int64)
+        assert instances(lengths, ids, out, masked) == instances(sizes, np.where(labels != IGNORE, labels, tokens), tokens, labels != IGNORE)
 
 
 @pytest.fixture(scope="module")
@@ -397,7 +420,7 @@ def test_format_1_shards_are_still_read_the_same(dynamic_run, format_1):
     for i in range(len(new)):
         a, b = old[i], new[i]
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a), i
-        a, b = old.masked(i, np.random.default_rng(i)), new.masked(i, np.random.default_rng(i))
+        a, b = masked_instance(old, i, seed=i), masked_instance(new, i, seed=i)
         assert all(np.array_equal(a[k], b[k]) for k in a), i  # the same masks, draw for draw
         assert b["labels"].dtype == np.int32 and b["input_ids"].dtype == np.uint16
 
@@ -422,29 +445,28 @@ def test_shards_are_read_and_masked_without_kiwi(dynamic_run):
         "import sys; sys.modules['kiwipiepy'] = None\n"
         "import numpy as np\n"
         "from corpus_tools.shard_format import open_shards\n"
-        "item = open_shards(sys.argv[1]).masked(0, np.random.default_rng(0))\n"
+        "from corpus_tools.masking import masked_instance\nitem = masked_instance(open_shards(sys.argv[1]), 0)\n"
         "assert (item['labels'] != -100).any() and 'korbert.tokenizer' not in sys.modules\n"
     )
     r = subprocess.run([sys.executable, "-c", code, str(dynamic_run)], cwd=Path(__file__).parent.parent, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
 
-def test_mask_tokens_on_uint16_ids_draws_as_on_int32():
+def test_mask_batch_on_uint16_ids_draws_as_on_int32():
     """Format 2's uint16 ids (here above int16's range, random pieces up to 65,535) are masked draw
-    for draw as int32 ids are; labels are int32 and hold the original ids."""
+    for draw as int32 ids are; the masked ids fit uint16 again (static shards store them so)."""
     cfg = MaskConfig(mask_id=MASK, random_low=5, random_high=1 << 16)
     ids = np.arange(65536 - 400, 65536, dtype=np.int32)
-    special = np.zeros(400, dtype=bool)
-    special[[0, 200, 399]] = True
+    ids[[0, 200, 399]] = CLS, SEP, SEP
     units = (np.arange(400) // 3).astype(np.int8)  # wraps past 127: only runs matter
     randoms = 0
     for seed in range(5):
-        want = mask_tokens(ids, special, units, np.random.default_rng(seed), cfg)
-        got = mask_tokens(ids.astype(np.uint16), special, units, np.random.default_rng(seed), cfg)
-        assert got[0].dtype == np.uint16 and got[1].dtype == np.int32
+        keys = instance_keys(seed, 0, np.arange(2))
+        want = mask_batch(ids, np.array([200, 200]), keys, units, cfg)
+        got = mask_batch(ids.astype(np.uint16), np.array([200, 200]), keys, units, cfg)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
-        m = got[1] != IGNORE
-        assert np.array_equal(got[1][m], ids[m])  # original ids, none wrapped negative
+        assert np.array_equal(got[0].astype(np.uint16), got[0]) and (got[0] >= 0).all()
+        m = got[1]
         randoms += int(((got[0][m] != MASK) & (got[0][m] != ids[m])).sum())
     assert randoms > 10
 
@@ -578,8 +600,8 @@ def test_resume_after_a_killed_run(vocab_dir, mixed, tmp_path):
     with pytest.raises(Killed):
         main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(mixed)], out=str(out), shard_mb=0.03, show=0), on_piece=kill_after_1)
     assert not (out / "manifest.json").exists()
-    progress = json.loads((out / "progress.json").read_text())
-    assert sorted(progress["chunks"]) == ["0000-00000", "0000-00001"]
+    progress = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    assert list(progress[0]) == ["key"] and [p["piece"] for p in progress[1:]] == ["0000-00000", "0000-00001"]
     done = sorted(out.glob("*-0000-0000[01].*.npy"))
     mtimes = {p: p.stat().st_mtime_ns for p in done}
     assert len(done) >= 8
@@ -589,13 +611,51 @@ def test_resume_after_a_killed_run(vocab_dir, mixed, tmp_path):
     assert (m["run"]["shards_built"], m["run"]["shards_reused"]) == (3, 1)
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items() if "-0000-00000." in p.name)  # not rewritten
     assert shard_bytes(out) == shard_bytes(tmp_path / "ref")
-    assert m["counts"] == ref["counts"] and not (out / "progress.json").exists()
+    assert m["counts"] == ref["counts"] and not (out / "progress.jsonl").exists()
     assert not list(out.glob(".*"))  # no temp files left
     # a finished folder is left alone; other options are refused instead of mixed in
     assert run(vocab_dir, [mixed], out, shard_mb=0.03)["run"] == m["run"]
     with pytest.raises(InputError, match="other options"):
         run(vocab_dir, [mixed], out, shard_mb=0.02)
 
+
+
+def test_progress_grows_by_one_line_per_piece_and_resumes_past_a_torn_line(vocab_dir, mixed, tmp_path):
+    """progress is appended to, a line per finished piece, never rewritten (a rewrite per piece is
+    quadratic in the pieces); a line torn by a kill is ignored and its piece built again."""
+    from corpus_tools.shards import PROGRESS
+
+    ref = run(vocab_dir, [mixed], tmp_path / "ref", shard_mb=0.03)
+    out = tmp_path / "out"
+    seen: list[bytes] = []
+
+    def kill_after_3(name: str) -> None:
+        seen.append((out / PROGRESS).read_bytes())
+        if len(seen) == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(mixed)], out=str(out), shard_mb=0.03, show=0), on_piece=kill_after_3)
+    for before, after in zip(seen, seen[1:]):
+        assert after.startswith(before), "progress rewritten, not appended to"
+        assert after.count(b"\n") == before.count(b"\n") + 1 and after.endswith(b"\n")
+    last = seen[-1].splitlines(keepends=True)[-1]
+    with open(out / PROGRESS, "ab") as f:
+        f.write(last[: len(last) // 2])  # a kill in the middle of the next piece's line
+    m = run(vocab_dir, [mixed], out, shard_mb=0.03)
+    assert (m["run"]["shards_built"], m["run"]["shards_reused"]) == (1, 3)
+    assert shard_bytes(out) == shard_bytes(tmp_path / "ref") and m["counts"] == ref["counts"]
+    assert not (out / PROGRESS).exists() and not list(out.glob(".*"))
+
+
+def test_an_old_progress_json_is_refused_not_misread(vocab_dir, mixed, tmp_path):
+    """What a killed run of an older korbert left (progress.json: one object, rewritten per piece) is
+    refused as an unfinished run; --replace rebuilds the folder."""
+    (tmp_path / "progress.json").write_text(json.dumps({"key": "0" * 64, "chunks": {}}), encoding="utf-8")
+    with pytest.raises(InputError, match=r"older korbert \(progress\.json\); pass --force"):
+        run(vocab_dir, [mixed], tmp_path)
+    m = run(vocab_dir, [mixed], tmp_path, replace=True)
+    assert m["run"]["shards_built"] == 1 and not list(tmp_path.glob("progress.*"))
 
 @pytest.fixture
 def hostile(tmp_path) -> Path:

@@ -20,7 +20,8 @@ from distributed.diagnostics.plugin import WorkerPlugin  # noqa: E402
 
 from conftest import SAMPLE, sample_texts, write_jsonl  # noqa: E402
 from corpus_tools.artifacts import sha256_file  # noqa: E402
-from corpus_tools.shards import ShardsConfig, main  # noqa: E402
+from corpus_tools.shards import main  # noqa: E402
+from corpus_tools.shards_config import ShardsConfig  # noqa: E402
 
 SHARD_MB = 0.008  # the .jsonl (~50 KB) is cut into several byte ranges, the .gz stream into several pieces
 
@@ -174,3 +175,21 @@ def test_strict_error_from_a_worker_is_one_clear_line(vocab_dir, tmp_path, capsy
     assert korbert(args) == 2
     err = capsys.readouterr().err
     assert "bad.jsonl:2: malformed json" in err and "Traceback" not in err
+
+
+def test_a_local_cluster_that_fails_to_start_is_one_clear_line(vocab_dir, inputs, tmp_path, capsys):
+    """A worker that cannot start (here: a preload module that does not exist) stops the local
+    cluster; the error says so in one line, not as a --scheduler it could not reach, and the
+    environment the nanny set in this process is restored."""
+    import dask
+
+    from korbert.cli import main as korbert
+
+    environ = dict(os.environ)
+    args = ["shards", "--tokenizer", str(vocab_dir), "--inputs", *inputs, "--out", str(tmp_path / "o"), "--workers", "1"]
+    with dask.config.set({"distributed.worker.preload": ["korbert_no_such_preload_module"]}):
+        assert korbert(args) == 2
+    assert dict(os.environ) == environ  # no OMP_NUM_THREADS=1 left behind by the nanny
+    err = capsys.readouterr().err.splitlines()
+    line = next(x for x in err if x.startswith("korbert shards: error:"))
+    assert "--workers 1: the local Dask cluster did not start" in line and "--scheduler" not in line, line

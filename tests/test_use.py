@@ -22,10 +22,10 @@ TEXTS = ["나는 학교에 갔다", "영화가 정말 재미있었어요", "오�
 @pytest.fixture(scope="module")
 def model4(tmp_path_factory, vocab_dir) -> Path:
     """An exported tiny model (random BertForPreTraining, 4 layers so that concat4/sum4 apply) through
-    korbert.pretrain.export: config, weights, tokenizer, the AutoTokenizer files and manifest.json."""
+    korbert.checkpoint.export: config, weights, tokenizer, the AutoTokenizer files and manifest.json."""
     from transformers import BertConfig, BertForPreTraining
 
-    from korbert.pretrain import export
+    from korbert.checkpoint import export
     from korbert.tokenizer import KorBertTokenizer
 
     tok = KorBertTokenizer.from_pretrained(vocab_dir)

@@ -1,4 +1,6 @@
-"""Dynamic MLM masking for a whole batch at once, from counter-based random numbers.
+"""MLM masking for a whole batch at once, from counter-based random numbers: the one masking of
+the project, part of the instance format. The training loader draws every epoch's masks with it
+(korbert/data.py); the shards stage writes static shards' masks and measures its statistics with it.
 
 BERT's recipe per instance: round(mask_prob x maskable tokens) tokens (at least 1) are chosen unit
 by unit (a morpheme or eojeol, or each token alone) in random order, skipping a unit that would
@@ -9,19 +11,23 @@ never chosen.
 Every random number is splitmix64 of a counter built from (seed, epoch, instance, position, draw),
 a pure function of those keys, with no generator state. So an instance's mask is the same whatever
 batch, row, packing, worker or rank it lands in, and a batch costs a handful of numpy operations
-on whole arrays: a hash per token, one sort of the units, cumulative sums. Version 2 of the masks:
-version 1 drew them per instance from numpy's PCG64 (`corpus_tools.shard_format.mask_tokens`,
-which the shards stage still uses for static masks and its statistics).
+on whole arrays: a hash per token, one sort of the units, cumulative sums. The loader keys an
+instance by its index in its split; the shards stage by its document and its number there
+(`document_instances`), under the epoch key SHARDS_EPOCH. Version 2 of the masks: version 1 drew
+them per instance from numpy's PCG64.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
-from corpus_tools.shard_format import GOLDEN, MaskConfig, mix64, special_mask_of, to_unit
+from corpus_tools.shard_format import GOLDEN, IGNORE, MaskConfig, mix64, special_mask_of, to_unit
 
-MASKING_VERSION = 2  # recorded in the pretraining run key: a checkpoint never resumes with other masks
+MASKING_VERSION = 2  # recorded in the pretraining run key and the static shards' key: never mixed with other masks
 EVAL_EPOCH = 0x7661  # the epoch key of the held-out batches' one fixed draw
+SHARDS_EPOCH = 0x7368  # the epoch key of the shards stage's draws: static masks, the statistics' draw
 INSTANCE_BITS = 24  # a unit's sort key: its instance in the batch (24 bits), then the top 40 bits of its random number
 
 
@@ -32,9 +38,18 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
 
 
 def instance_keys(seed: int, epoch: int, instances: np.ndarray) -> np.ndarray:
-    """uint64 [n]: the counter base of each instance (global index in its split) in this epoch."""
+    """uint64 [n]: the counter base of each instance in this epoch (instances: the loader's index in the
+    split, or the shards stage's `document_instances`)."""
     head = splitmix64(splitmix64(np.uint64(seed & (2**64 - 1))) ^ np.uint64(epoch & (2**64 - 1)))
     return splitmix64(head ^ np.asarray(instances, np.uint64))
+
+
+def document_instances(docs: np.ndarray, numbers: np.ndarray) -> np.ndarray:
+    """uint64 [n]: the instance ids the shards stage keys with (`instance_keys`): instance numbers[j] of
+    the document with key docs[j] (`corpus_tools.pieces.document_key`), so its masks depend on its
+    document alone, never on the piece, shard or worker it was built in."""
+    with np.errstate(over="ignore"):
+        return splitmix64(np.asarray(docs, np.uint64) ^ np.asarray(numbers, np.uint64) * GOLDEN)
 
 
 def raw_draws(keys: np.ndarray, positions: np.ndarray, stream: int) -> np.ndarray:
@@ -130,3 +145,26 @@ def mask_batch(
     pieces = cfg.random_low + np.minimum((draws(ck[rnd], cpos[rnd], 2) * span).astype(np.int64), span - 1)
     out[chosen[rnd]] = pieces
     return out, masked
+
+
+def mask_stats(ids: np.ndarray, out: np.ndarray, masked: np.ndarray, mask_id: int) -> Counter:
+    """Counts that check the recipe, from `mask_batch`'s input ids and its (output, masked): candidates,
+    masked, and how the masked tokens were replaced (a random piece equal to the original counts as kept)."""
+    want, got = np.asarray(ids)[masked], out[masked]
+    n, as_mask, as_keep = int(masked.sum()), int((got == mask_id).sum()), int((got == want).sum())
+    return Counter(
+        candidate_tokens=int((~special_mask_of(np.asarray(ids))).sum()), masked=n,
+        as_mask=as_mask, as_keep=as_keep, as_random=n - as_mask - as_keep,
+    )
+
+
+def masked_instance(reader, i: int, seed: int = 0, epoch: int = 0) -> dict:
+    """Instance i of a ShardReader with input_ids/labels ready for the MLM loss, as the training loader
+    gives it in `epoch` under `seed`: its stored masks (static) or `mask_batch`'s draw (dynamic)."""
+    item = reader[i]
+    if "labels" not in item:
+        ids = item["input_ids"]
+        keys = instance_keys(seed, epoch, np.array([i % len(reader)]))
+        out, chosen = mask_batch(ids, np.array([len(ids)]), keys, item.get("unit_ids"), reader.mask_config)
+        item["input_ids"], item["labels"] = out.astype(ids.dtype), np.where(chosen, ids.astype(np.int32), IGNORE)
+    return item

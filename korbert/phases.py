@@ -1,0 +1,124 @@
+"""What a pretraining run reads: its phases, each a shards folder with its reader, batch plan, row
+length and fixed shapes. The first phase is --shards; BERT's second phase (--long-shards, the last
+--long-phase of the budget) reads longer instances of the same corpus with the same tokens per step.
+Also the checks a long-shards folder must pass and the corpus record the model card lists."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from corpus_tools.artifacts import read_manifest
+from corpus_tools.text import InputError
+from korbert.pretrain_config import PretrainConfig
+from korbert.schedule import long_phase_steps
+
+SAME_IN_BOTH = ("nsp", "masking", "mask_prob", "mask_unit", "instances", "single_sentence")  # shards settings both phases share
+
+
+@dataclass
+class Phase:
+    """A stretch of pretraining on one shards folder: its reader, batch plan, row length, fixed counts."""
+
+    reader: object
+    plan: object
+    max_len: int
+    fixed: tuple[int, int] | None
+
+
+def input_ids(manifest: dict) -> list:
+    """A shards folder's inputs by content: (sha256, first_documents) of each file, sorted."""
+    return sorted((i["sha256"], i.get("first_documents") or 0) for i in manifest["inputs"])
+
+
+def describe_inputs(manifest: dict) -> str:
+    return ", ".join(Path(i["path"]).name + (f"@{i['first_documents']}" if i.get("first_documents") else "") for i in manifest["inputs"])
+
+
+def corpus_record(manifest: dict) -> dict:
+    """What a model card says one shards folder trained on: its input files and counts."""
+    return {
+        "inputs": [{"file": Path(i["path"]).name, "bytes": i["bytes"], "sha256": i["sha256"],
+                    **({"first_documents": i["first_documents"]} if i.get("first_documents") else {})} for i in manifest["inputs"]],
+        "documents": manifest["counts"].get("documents_used"), "train_instances": manifest["counts"]["train"]["instances"],
+        "train_tokens": manifest["counts"]["train"]["tokens"], "max_seq_len": manifest["config"]["max_seq_len"],
+    }
+
+
+def long_shards_manifest(cfg: PretrainConfig, sm: dict) -> dict:
+    """--long-shards' manifest, checked against --shards' (`sm`): one tokenizer, longer rows, the same
+    input files (unless --long-other-inputs) and the same instance settings; a long phase of >= 1 step."""
+    where = f"--long-shards {cfg.long_shards}"
+    try:
+        lm = read_manifest(cfg.long_shards, "shards")
+    except (FileNotFoundError, ValueError) as e:
+        raise InputError(f"{where}: {e}") from None
+    if lm["tokenizer_hash"] != sm["tokenizer_hash"]:
+        raise InputError(f"{where}: made with tokenizer {lm['tokenizer_hash'][:12]}, --shards with {sm['tokenizer_hash'][:12]}: build both with one tokenizer")
+    if lm["config"]["max_seq_len"] <= sm["config"]["max_seq_len"]:
+        raise InputError(f"{where}: max_seq_len {lm['config']['max_seq_len']} is not longer than --shards' {sm['config']['max_seq_len']}")
+    if not 0 < cfg.long_phase < 1:
+        raise InputError(f"--long-phase must be in (0, 1), got {cfg.long_phase}")
+    if cfg.max_steps > 0 and long_phase_steps(cfg.max_steps, cfg.long_phase) == 0:
+        raise InputError(f"--long-phase {cfg.long_phase} of --max-steps {cfg.max_steps} is less than one step: the long phase would never start")
+    if not cfg.long_other_inputs and input_ids(lm) != input_ids(sm):
+        raise InputError(
+            f"{where}: built from other input files than --shards ({describe_inputs(lm)} against {describe_inputs(sm)}); "
+            "build both from one corpus, or pass --long-other-inputs"
+        )
+    differ = [k for k in SAME_IN_BOTH if lm["config"].get(k) != sm["config"].get(k)]
+    if differ:
+        raise InputError(f"{where}: built with other {', '.join('--' + k.replace('_', '-') for k in differ)} than --shards")
+    return lm
+
+
+def open_readers(cfg: PretrainConfig, sm: dict, lm: dict | None, dist) -> tuple:
+    """(train, valid, long_train, long_valid) readers (the long ones None without --long-shards); every
+    rank hashes 1/world of the training files (one rank hashing them all can outlast NCCL's timeout)."""
+    from corpus_tools.shard_format import open_shards, verify_shards
+
+    readers = []
+    for folder, flag in ((cfg.shards, "--shards"), (cfg.long_shards, "--long-shards")):
+        try:
+            readers += [open_shards(folder, sm["tokenizer_hash"], split, verify=False) if folder else None for split in ("train", "valid")]
+        except ValueError as e:
+            raise InputError(f"{flag} {folder}: {e}") from None
+    mine = verify_shards(cfg.shards, sm, "train", dist.rank, dist.world)
+    if lm is not None:
+        mine += verify_shards(cfg.long_shards, lm, "train", dist.rank, dist.world)
+    bad = sum(dist.gather(mine), [])
+    if bad:
+        raise InputError(f"--shards: {bad[0]}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}")
+    for reader in readers:
+        if reader is not None and cfg.mask_prob:
+            reader.mask_config = dataclasses.replace(reader.mask_config, mask_prob=cfg.mask_prob)
+    return tuple(readers)
+
+
+def build_phases(cfg: PretrainConfig, readers: list[tuple], parts: int, fixed: bool) -> list[Phase]:
+    """One phase per (reader, max_len, where) given. The long phase keeps the real tokens per step: a token
+    budget holds for it as it is; under a row budget it takes as many rows as carry the short phase's mean
+    real tokens per step (fewer, longer rows)."""
+    from korbert.data import BatchPlan, fixed_counts, instance_lengths, row_tokens
+
+    phases, short_tokens = [], 0.0
+    for reader, max_len, where in readers:
+        lengths = instance_lengths(reader)
+        rows = cfg.batch_size * parts
+        if not cfg.tokens_per_batch:
+            per_row = row_tokens(lengths, max_len, cfg.pack, cfg.seed)
+            if short_tokens:
+                rows = max(parts, round(short_tokens / per_row / parts) * parts)
+            else:
+                short_tokens = rows * per_row
+        budget = {"tokens_per_step": cfg.tokens_per_batch} if cfg.tokens_per_batch else {"rows_per_step": rows}
+        try:
+            # one plan for the sampler (which runs ahead: prefetch) and the loop (token counts); it keeps two epochs
+            plan = BatchPlan(lengths, cfg.seed, max_len, pack=cfg.pack, parts=parts, buckets=cfg.compile or fixed, **budget)
+        except ValueError as e:
+            raise InputError(f"{where}: {e}") from None
+        # (predicted tokens, [CLS]) entries per micro-batch under fixed shapes: from the plan, the same on every rank
+        counts = fixed_counts(plan, reader.mask_config.mask_prob, parts) if fixed else None
+        phases.append(Phase(reader, plan, max_len, counts))
+    return phases
