@@ -9,8 +9,8 @@ The recipe (google-research/bert create_pretraining_data.py, on token slices):
   * B is the actual continuation (IsNext, label 0) with probability 0.5, else a random span of
     another document (NotNext, label 1) and the unused sentences go back for the next chunk;
   * a chunk of a single sentence has no sentence boundary to cut at. BERT makes it NotNext, so a
-    corpus of one-sentence documents (reviews) gets far fewer than 50% IsNext pairs (21% on the
-    shared corpus). `single_sentence` "split" (default) cuts such a sentence at a random eojeol
+    corpus of one-sentence documents (reviews) gets far fewer than 50% IsNext pairs (docs/shards.md
+    has the measured share). `single_sentence` "split" (default) cuts such a sentence at a random eojeol
     (word) boundary instead, or at a random morpheme boundary when it is one eojeol (reviews often
     go without spaces: one eojeol of a whole clause is common): A = the prefix; B = the true rest
     of the sentence (IsNext) with probability 0.5, else a random B as above (NotNext; A is the same

@@ -49,7 +49,7 @@ def _front_matter(m: dict, license: str, ours: dict | None, name: str, datasets:
     return "---\n" + yaml.safe_dump(meta, allow_unicode=True, sort_keys=False) + "---\n"
 
 
-def _long_steps(m: dict) -> str:
+def long_steps_text(m: dict) -> str:
     """"the last 3 steps", or after a longer budget re-planned it: "9 steps in all, the last 6 from step 14"."""
     n, start, end = m["long_steps"], m.get("long_from_step"), m.get("step")
     last = end - start if start is not None and end is not None else n
@@ -100,7 +100,7 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
         if long and m.get("long_steps"):
             same = sorted((c["sha256"], c.get("first_documents")) for c in long["inputs"]) == sorted(
                 (c["sha256"], c.get("first_documents")) for c in corpus["inputs"])
-            lines += ["", f"The long phase ({_long_steps(m)}) read instances of up to {long['max_seq_len']} tokens "
+            lines += ["", f"The long phase ({long_steps_text(m)}) read instances of up to {long['max_seq_len']} tokens "
                       f"made from {'the same files' if same else 'other files'}: {long['documents']:,} documents, "
                       f"{long['train_instances']:,} training instances of {long['train_tokens']:,} tokens."]
             if not same:

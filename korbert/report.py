@@ -8,6 +8,7 @@ from pathlib import Path
 
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, machine
+from korbert.card import long_steps_text
 from korbert.table import pct, render_table, result_row
 
 _SHAPE = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
@@ -116,7 +117,8 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict | None, sm: 
             "instances": sm["config"].get("instances", "document"), "tokens_per_instance": tr.get("tokens_per_instance"),
             "held_out_mlm_accuracy": pre_eval.get("mlm_acc"), "held_out_mlm_loss": pre_eval.get("mlm_loss"), "held_out_nsp_accuracy": pre_eval.get("nsp_acc"),
             **({"long_phase": {
-                "steps": pm.get("long_steps"), "from_step": pm.get("long_from_step"), "max_seq_len": pm["long_corpus"]["max_seq_len"],
+                "steps": pm.get("long_steps"), "from_step": pm.get("long_from_step"), "steps_text": long_steps_text(pm),
+                "max_seq_len": pm["long_corpus"]["max_seq_len"],
                 "shards": pm.get("long_shards_path"), "corpus": pm["long_corpus"],
                 "held_out_mlm_accuracy": pre_eval.get("long_mlm_acc"), "held_out_mlm_loss": pre_eval.get("long_mlm_loss"),
             }} if pm.get("long_corpus") and pm.get("long_steps") else {}),
@@ -146,7 +148,7 @@ def _long_phase_lines(lp: dict | None) -> list[str]:
     files = ", ".join(i["file"] + (f" (first {i['first_documents']:,} documents)" if i.get("first_documents") else "") for i in lc["inputs"])
     held = (f" Held-out MLM accuracy on its {lp['max_seq_len']}-token instances {pct(lp['held_out_mlm_accuracy'])}%, "
             f"MLM loss {lp['held_out_mlm_loss']:.3f}." if lp.get("held_out_mlm_accuracy") is not None else "")
-    return [f"Long phase: {lp['steps']:,} steps in all (the last stretch from step {lp['from_step']:,}) on instances of up to {lp['max_seq_len']} tokens "
+    return [f"Long phase ({lp['steps_text']}) on instances of up to {lp['max_seq_len']} tokens "
             f"({lp['shards']}: {lc['documents']:,} documents of {files}; {lc['train_instances']:,} training instances, "
             f"{lc['train_tokens']:,} tokens).{held}"]
 
