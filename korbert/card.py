@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from corpus_tools.artifacts import atomic_write_bytes
+from korbert.phases import input_ids
 from korbert.table import pct, render_table
 
 CARD = "README.md"
@@ -98,8 +99,7 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
                   f"{corpus['train_tokens']:,} tokens (the shards' counts)."]
         long = m.get("long_corpus")
         if long and m.get("long_steps"):
-            same = sorted((c["sha256"], c.get("first_documents")) for c in long["inputs"]) == sorted(
-                (c["sha256"], c.get("first_documents")) for c in corpus["inputs"])
+            same = input_ids(long) == input_ids(corpus)
             lines += ["", f"The long phase ({long_steps_text(m)}) read instances of up to {long['max_seq_len']} tokens "
                       f"made from {'the same files' if same else 'other files'}: {long['documents']:,} documents, "
                       f"{long['train_instances']:,} training instances of {long['train_tokens']:,} tokens."]

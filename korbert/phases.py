@@ -28,7 +28,8 @@ class Phase:
 
 
 def input_ids(manifest: dict) -> list:
-    """A shards folder's inputs by content: (sha256, first_documents) of each file, sorted."""
+    """A shards folder's inputs by content (or a model card's corpus record's): (sha256, first_documents)
+    of each file, sorted."""
     return sorted((i["sha256"], i.get("first_documents") or 0) for i in manifest["inputs"])
 
 
