@@ -2,7 +2,10 @@
 
   * model folders are opened by `korbert.folders.open_folder`;
   * `load_model`: a folder -> a task model (a new, seeded head on the pretrained encoder), or with
-    `control=True` the same architecture from a seeded random initialization.
+    `control=True` the same architecture from a seeded random initialization. Its dropout is the
+    fine-tuning's own (`dropout`, BERT's 0.1 by default; `set_dropout`), never the pretraining
+    config's: a model pretrained without dropout (hidden_dropout_prob=0 in its config.json) is
+    still fine-tuned with it.
   * `Device`: CUDA when present (bf16 autocast, fp32 weights), CPU fp32 otherwise.
   * `fine_tune`: AdamW (no decay on biases/LayerNorm), linear warmup then linear decay, gradient
     clipping, length-grouped batches with dynamic padding (fast on CPU), a tqdm bar, optional
@@ -98,15 +101,44 @@ class Loaded:
     info: dict = field(default_factory=dict)
 
 
-def load_model(folder: str | ModelFolder, task: str, control: bool, seed: int, num_labels: int = 2) -> Loaded:
+FINETUNE_DROPOUT = 0.1  # BERT's fine-tuning dropout
+DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout")
+DROPOUT_HELP = ("dropout of the fine-tuned model (hidden states and attention probabilities, and the new head's; BERT's 0.1), "
+                "whatever the pretraining config says")
+
+
+def check_dropout(p: float) -> None:
+    if not 0.0 <= p < 1.0:
+        raise InputError(f"--dropout must be in [0, 1), got {p}")
+
+
+def set_dropout(config, p: float) -> dict:
+    """Set the fine-tuning dropout on a (copied) config: hidden_dropout_prob, attention_probs_dropout_prob
+    and classifier_dropout (the classification head's, which otherwise falls back to hidden_dropout_prob),
+    each only where the config has it (BERT, ELECTRA and RoBERTa configs do; a config with other names,
+    e.g. DistilBERT's, keeps its own). -> {"set": {field: p}, "config_said": {field: value before}}."""
+    check_dropout(p)
+    said = {k: getattr(config, k) for k in DROPOUT_FIELDS if hasattr(config, k)}
+    for k in said:
+        setattr(config, k, p)
+    return {"set": {k: p for k in said}, "config_said": said}
+
+
+def load_model(folder: str | ModelFolder, task: str, control: bool, seed: int, num_labels: int = 2,
+               dropout: float = FINETUNE_DROPOUT) -> Loaded:
     """task "cls" (sequence classification on [CLS]) or "qa" (span start/end). The tokenizer is
-    not loaded (see ModelFolder)."""
+    not loaded (see ModelFolder). `dropout` replaces the folder config's dropout (set_dropout), for the
+    pretrained model and the control alike."""
     import torch
     import transformers
     from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 
     mf = folder if isinstance(folder, ModelFolder) else open_folder(folder, weights=not control)
     config = copy.deepcopy(mf.config)
+    dropped = set_dropout(config, dropout)
+    if not dropped["set"]:
+        print(f"{mf.where}: its config ({config.model_type}) has none of {', '.join(DROPOUT_FIELDS)}: "
+              f"fine-tuned with its own dropout, not --dropout {dropout}", file=sys.stderr)
     if task == "cls":
         config.num_labels = num_labels
         auto = AutoModelForSequenceClassification
@@ -135,6 +167,7 @@ def load_model(folder: str | ModelFolder, task: str, control: bool, seed: int, n
         "model_type": config.model_type,
         "parameters": sum(p.numel() for p in model.parameters()),
         "manifest_kind": mf.manifest.get("kind"),
+        "dropout": dropped,
     }
     return Loaded(model, info)
 

@@ -46,7 +46,7 @@ from corpus_tools.text import InputError
 from evals import korquad_metric
 from evals.data import QAExample, read_squad, split_articles, squad_examples
 from evals import features as F
-from evals.finetune import Device, TrainSettings, fine_tune, load_model, predict, qa_forward, seed_everything, write_results
+from evals.finetune import DROPOUT_HELP, FINETUNE_DROPOUT, Device, TrainSettings, check_dropout, fine_tune, load_model, predict, qa_forward, seed_everything, write_results
 from korbert.folders import MODEL_HELP, check_trained_positions, open_folder
 from korbert.table import print_table, result_row
 
@@ -74,6 +74,7 @@ class KorquadConfig:
     lr: float = C.field(5e-5, "peak learning rate (AdamW)")
     warmup_ratio: float = C.field(0.1, "share of the steps with linear warmup (then linear decay to 0)")
     weight_decay: float = C.field(0.01, "AdamW weight decay (not on biases and LayerNorm)")
+    dropout: float = C.field(FINETUNE_DROPOUT, DROPOUT_HELP)
     max_train_examples: int = C.field(0, "train on at most this many questions (a seeded sample; 0 = all)")
     max_eval_examples: int = C.field(0, "score only the first N scored questions, for quick runs (0 = all; recorded)")
     eval_batch_size: int = C.field(64, "inference batch size (windows)")
@@ -222,6 +223,7 @@ def main(cfg: KorquadConfig) -> dict:
         eval_ex = eval_ex[: cfg.max_eval_examples]
     protocol.update(train_questions=len(train_ex), scored_questions=len(eval_ex))
 
+    check_dropout(cfg.dropout)
     device = Device.pick(cfg.device, cfg.threads)
     seed_everything(cfg.seed)
     mf = open_folder(cfg.model, weights=not cfg.control)
@@ -238,7 +240,7 @@ def main(cfg: KorquadConfig) -> dict:
     tmeta = train_c.meta["tokenizer"]
     if mf.config.vocab_size < tmeta["size"]:
         raise InputError(f"{mf.where}: config.json vocab_size {mf.config.vocab_size} < the tokenizer's {tmeta['size']} tokens")
-    loaded = load_model(mf, "qa", cfg.control, cfg.seed)
+    loaded = load_model(mf, "qa", cfg.control, cfg.seed, dropout=cfg.dropout)
     model = loaded.model
     loaded.info["tokenizer_hash"] = tmeta["fingerprint"]
 

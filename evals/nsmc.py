@@ -30,7 +30,7 @@ from corpus_tools.artifacts import atomic_write_bytes, file_record
 from corpus_tools.text import InputError
 from evals.data import read_nsmc
 from evals import features as F
-from evals.finetune import Device, TrainSettings, fine_tune, load_model, predict, seed_everything, write_results
+from evals.finetune import DROPOUT_HELP, FINETUNE_DROPOUT, Device, TrainSettings, check_dropout, fine_tune, load_model, predict, seed_everything, write_results
 from korbert.folders import MODEL_HELP, check_trained_positions, open_folder
 from korbert.table import print_table, result_row
 
@@ -55,6 +55,7 @@ class NsmcConfig:
     lr: float = C.field(5e-5, "peak learning rate (AdamW)")
     warmup_ratio: float = C.field(0.1, "share of the steps with linear warmup (then linear decay to 0)")
     weight_decay: float = C.field(0.01, "AdamW weight decay (not on biases and LayerNorm)")
+    dropout: float = C.field(FINETUNE_DROPOUT, DROPOUT_HELP)
     valid_size: float = C.field(0.1, "validation slice of train for model selection: a fraction (< 1) or a count (0 = none)")
     max_train_examples: int = C.field(0, "train on at most this many reviews (after the validation slice; 0 = all)")
     max_eval_examples: int = C.field(0, "score only the first N test reviews, for quick runs (0 = all; recorded in results)")
@@ -82,6 +83,7 @@ def main(cfg: NsmcConfig) -> dict:
     test_rows = read_nsmc(cfg.test)
     if cfg.max_len < 3:
         raise InputError(f"--max-len must be at least 3, got {cfg.max_len}")
+    check_dropout(cfg.dropout)
     device = Device.pick(cfg.device, cfg.threads)
     seed_everything(cfg.seed)
     mf = open_folder(cfg.model, weights=not cfg.control)
@@ -97,7 +99,7 @@ def main(cfg: NsmcConfig) -> dict:
     tmeta = train_c.meta["tokenizer"]
     if mf.config.vocab_size < tmeta["size"]:
         raise InputError(f"{mf.where}: config.json vocab_size {mf.config.vocab_size} < the tokenizer's {tmeta['size']} tokens")
-    loaded = load_model(mf, "cls", cfg.control, cfg.seed, num_labels=2)
+    loaded = load_model(mf, "cls", cfg.control, cfg.seed, num_labels=2, dropout=cfg.dropout)
     model = loaded.model
     loaded.info["tokenizer_hash"] = tmeta["fingerprint"]
 

@@ -42,7 +42,7 @@ def run_key(
     # what does not change the weights trained so far: speed, bookkeeping, evaluation, and the budget
     # (a longer budget continues the run: the schedule is recomputed over the new budget from the step it reached)
     not_weights = ("out", "device", "compile", "compile_mode", "fixed_shapes", "num_workers", "resume", "force", "replace", "log_every",
-                   "save_every", "eval_every", "eval_instances", "license", "profile", "long_other_inputs", *BUDGET)
+                   "save_every", "eval_every", "eval_instances", "license", "profile", "long_other_inputs", "attention", *BUDGET)
     ident = {k: v for k, v in C.to_dict(cfg).items() if k not in not_weights}
     for f in dataclasses.fields(cfg):  # --warmup 500 on the command line is 500.0, 500 in a config file or a call: one run
         if f.type == "float" and f.name in ident:

@@ -303,7 +303,32 @@ def make_batch(
             out[p] = np.concatenate((out[p], np.zeros(want - have, np.int64)))
             out[lab] = np.concatenate((out[lab].astype(np.int64), np.full(want - have, IGNORE, np.int64)))
     packed = bool((counts > 1).any()) if packed is None else packed
-    return {**{k: torch.from_numpy(np.ascontiguousarray(v, np.int64)) for k, v in out.items()}, "counts": (m, n, total), "packed": packed}
+    cu = cu_seqlens(lens, row_of, row_tokens, t, len(out["nsp_positions"]) + n_rows + 1 if fixed is not None else None)
+    return {
+        **{k: torch.from_numpy(np.ascontiguousarray(v, np.int64)) for k, v in out.items()}, "cu_seqlens": torch.from_numpy(cu),
+        "counts": (m, n, total), "packed": packed,
+    }
+
+
+def cu_seqlens(lens: np.ndarray, row_of: np.ndarray, row_tokens: np.ndarray, t: int, size: int | None = None) -> np.ndarray:
+    """The flat R x T token list cut into the sequences attention runs over, as cumulative offsets (int32,
+    FlashAttention's `cu_seqlens`): each row's instances in order, then the row's padding as one sequence
+    of its own (so no real token attends to padding or padding to it, and no output is left unwritten).
+    `size` (fixed shapes: instances + rows + 1 at most) pads the list with zero-length sequences at the end."""
+    n_rows = len(row_tokens)
+    pad = t - row_tokens  # [R] padding at the end of each row
+    has_pad = np.flatnonzero(pad > 0)
+    seq_row = np.concatenate((row_of, has_pad))
+    seq_len = np.concatenate((lens, pad[has_pad]))
+    last = np.concatenate((np.zeros(len(lens), np.int8), np.ones(len(has_pad), np.int8)))  # a row's padding after its instances
+    order = np.lexsort((np.arange(len(seq_row)), last, seq_row))  # by row, instances (in their order) before padding
+    cu = np.concatenate(([0], np.cumsum(seq_len[order]))).astype(np.int32)
+    assert cu[-1] == n_rows * t, (cu[-1], n_rows, t)
+    if size is not None:
+        if len(cu) > size:
+            raise AssertionError(f"{len(cu) - 1} attention sequences in a batch sized for {size - 1}")
+        cu = np.concatenate((cu, np.full(size - len(cu), cu[-1], np.int32)))
+    return cu
 
 
 def fixed_counts(plan: "BatchPlan", mask_prob: float, parts: int, margin: float = 0.02) -> tuple[int, int]:

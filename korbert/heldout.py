@@ -3,7 +3,9 @@ batches of the shards' valid split, and the batch keys the model takes (`MODEL_I
 
 from __future__ import annotations
 
-MODEL_INPUTS = ("input_ids", "token_type_ids", "position_ids", "segments", "mlm_positions", "mlm_labels", "nsp_positions", "nsp_labels")
+MODEL_INPUTS = (
+    "input_ids", "token_type_ids", "position_ids", "segments", "mlm_positions", "mlm_labels", "nsp_positions", "nsp_labels", "cu_seqlens",
+)
 
 
 def evaluate(model, batches: list[dict], device, autocast, nsp: bool = True) -> dict:

@@ -79,17 +79,135 @@ class PretrainingOutput:
         return torch.stack([self.mlm_loss_sum, self.mlm_correct, self.mlm_count, self.nsp_loss_sum, self.nsp_correct, self.nsp_count]).double()
 
 
+ATTENTION = ("auto", "varlen", "flex", "sdpa")
+
+
+def varlen_attention():
+    """torch.nn.attention.varlen.varlen_attn (FlashAttention over cumulative sequence lengths, torch >= 2.10), or None."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
+def flex_attention():
+    """(flex_attention, create_block_mask) from torch.nn.attention.flex_attention, or None."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError:
+        return None
+    return flex_attention, create_block_mask
+
+
+def attention_path(want: str, device: torch.device, dtype: torch.dtype, dropout: float) -> str:
+    """Which attention runs (see `KorBertForPreTraining`). auto: varlen on CUDA in bf16/fp16, else FlexAttention on
+    CUDA, else SDPA with a mask; SDPA also wherever attention dropout is on (neither varlen nor flex has it)."""
+    if want not in ATTENTION:
+        raise InputError(f"attention {want!r}: choose one of {', '.join(ATTENTION)}")
+    if want == "auto":
+        if dropout > 0 or device.type != "cuda":
+            return "sdpa"
+        if varlen_attention() is not None and dtype in (torch.bfloat16, torch.float16):
+            return "varlen"
+        return "flex" if flex_attention() is not None else "sdpa"
+    if want != "sdpa" and dropout > 0:
+        raise InputError(
+            f"--attention {want} has no attention dropout: train with attention_probs_dropout_prob=0 "
+            "(--override attention_probs_dropout_prob=0) or --attention sdpa"
+        )
+    if want == "varlen" and (device.type != "cuda" or varlen_attention() is None or dtype not in (torch.bfloat16, torch.float16)):
+        raise InputError(f"--attention varlen needs torch >= 2.10 (torch.nn.attention.varlen), CUDA and bf16 (here: {device.type}, {dtype}, torch {torch.__version__})")
+    if want == "flex" and flex_attention() is None:
+        raise InputError(f"--attention flex needs torch.nn.attention.flex_attention (torch {torch.__version__} has none)")
+    return want
+
+
+def cu_seqlens_of(segments: torch.Tensor) -> torch.Tensor:
+    """`korbert.data.cu_seqlens` from the segments column alone (for callers without the collate's column;
+    eager only: its length depends on the data)."""
+    r, t = segments.shape
+    flat = segments.reshape(-1)
+    start = torch.ones_like(flat, dtype=torch.bool)
+    start[1:] = flat[1:] != flat[:-1]
+    start[::t] = True  # every row starts a sequence
+    idx = torch.nonzero(start).flatten()
+    return torch.cat((idx, idx.new_tensor([r * t]))).to(torch.int32)
+
+
 class KorBertForPreTraining(BertForPreTraining):
     """BertForPreTraining whose `pretraining_forward` predicts the masked positions only.
 
     `forward` is the parent's (dense logits, for inspection and for the equivalence checks);
     the training loop calls `pretraining_forward` through `__call__` with `sparse=True` and a batch
-    from `korbert.data.make_batch`."""
+    from `korbert.data.make_batch`. That forward runs the encoder itself, on the same modules:
+    Q, K and V from one matmul over the three weights concatenated (hidden x 3 hidden; the state dict
+    keeps its three Linear layers, so the export is unchanged), and attention over each instance only,
+    by `attention` (an attribute; `korbert pretrain --attention`):
+      varlen  FlashAttention over the batch's `cu_seqlens` (torch.nn.attention.varlen, CUDA, bf16):
+              the rows' tokens as one list cut into instances, each row's padding a sequence of its own
+      flex    FlexAttention with a block mask of the segments (instances attend within themselves)
+      sdpa    scaled_dot_product_attention with the dense mask (block-diagonal over packed rows, the key
+              padding mask over one instance per row): the CPU's path, and any with attention dropout
+      auto    varlen, else flex on CUDA, else sdpa (`attention_path`)
+    `fused_qkv = False` runs the three projections apart (for the benchmarks' one-change-at-a-time runs)."""
+
+    attention = "auto"
+    fused_qkv = True
 
     def forward(self, *args, sparse: bool = False, **kw):
         if not sparse:
             return super().forward(*args, **kw)
         return self.pretraining_forward(*args, **kw)
+
+    def encode(
+        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, position_ids: torch.Tensor, segments: torch.Tensor,
+        cu_seqlens: torch.Tensor | None = None, packed: bool = True,
+    ) -> torch.Tensor:
+        """The encoder's last hidden state (R, T, H), each token attending to its own instance only
+        (BERT's post-LayerNorm layers, the modules of `self.bert`; the pooler is the caller's)."""
+        bert, cfg = self.bert, self.config
+        x = bert.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
+        r, t, h = x.shape
+        heads = cfg.num_attention_heads
+        d = h // heads
+        layers = bert.encoder.layer
+        p_drop = layers[0].attention.self.dropout.p if self.training and len(layers) else 0.0
+        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        path = attention_path(self.attention, x.device, dtype, p_drop)
+        if path == "varlen":
+            cu = cu_seqlens if cu_seqlens is not None else cu_seqlens_of(segments)
+        elif path == "flex":
+            flex, block_mask = flex_attention()
+            seg = segments
+            mask = block_mask(lambda b, hd, q, k: seg[b, q] == seg[b, k], r, None, t, t, device=x.device)
+        elif packed:  # each token attends to its own instance (padding to padding: no empty attention row)
+            mask = segments[:, None, :, None] == segments[:, None, None, :]  # (R, 1, T, T) block-diagonal
+        else:  # one instance per row: the key padding mask, broadcast over the queries
+            mask = (segments > 0)[:, None, None, :]  # (R, 1, 1, T)
+        for layer in layers:
+            sa = layer.attention.self
+            if self.fused_qkv:
+                w = torch.cat((sa.query.weight, sa.key.weight, sa.value.weight))
+                b = torch.cat((sa.query.bias, sa.key.bias, sa.value.bias))
+                q, k, v = F.linear(x, w, b).view(r, t, 3, heads, d).unbind(2)  # (R, T, heads, d) each
+            else:
+                q, k, v = (m(x).view(r, t, heads, d) for m in (sa.query, sa.key, sa.value))
+            if path == "varlen":
+                ctx = varlen_attention()(q.reshape(r * t, heads, d), k.reshape(r * t, heads, d), v.reshape(r * t, heads, d), cu, cu, t, t)
+                ctx = ctx.reshape(r, t, h)
+            else:
+                q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # (R, heads, T, d)
+                if path == "flex":
+                    ctx = flex(q, k, v, block_mask=mask)
+                else:
+                    ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
+                ctx = ctx.transpose(1, 2).reshape(r, t, h)
+            so = layer.attention.output
+            x = so.LayerNorm(so.dropout(so.dense(ctx)) + x)
+            out = layer.output
+            x = out.LayerNorm(out.dropout(out.dense(layer.intermediate.intermediate_act_fn(layer.intermediate.dense(x)))) + x)
+        return x
 
     def pretraining_forward(
         self,
@@ -101,18 +219,13 @@ class KorBertForPreTraining(BertForPreTraining):
         mlm_labels: torch.Tensor,  # (M,) their original ids; -100 = a padding entry
         nsp_positions: torch.Tensor,  # (N,) flat positions of each instance's [CLS]
         nsp_labels: torch.Tensor,  # (N,) 0 = IsNext, 1 = random B; -100 = a padding entry
+        cu_seqlens: torch.Tensor | None = None,  # (S + 1,) int32: the attention sequences of the flat R x T tokens (korbert.data.cu_seqlens)
         mlm_norm: torch.Tensor | None = None,  # divide the summed MLM loss by this (default: its count)
         nsp_norm: torch.Tensor | None = None,
         packed: bool = True,  # rows may hold several instances (False: one per row, a cheaper mask)
     ) -> PretrainingOutput:
-        if packed:  # each token attends to its own instance (padding to padding: no empty attention row)
-            attend = segments[:, None, :, None] == segments[:, None, None, :]  # (R, 1, T, T) block-diagonal
-        else:  # one instance per row: the key padding mask, broadcast over the queries
-            attend = (segments > 0)[:, None, None, :]  # (R, 1, 1, T)
-        out = self.bert(
-            input_ids, attention_mask=attend, token_type_ids=token_type_ids, position_ids=position_ids, return_dict=True
-        )
-        seq = out.last_hidden_state.reshape(-1, out.last_hidden_state.size(-1))  # (R*T, H)
+        last = self.encode(input_ids, token_type_ids, position_ids, segments, cu_seqlens, packed)
+        seq = last.reshape(-1, last.size(-1))  # (R*T, H)
         logits = self.cls.predictions(seq.index_select(0, mlm_positions)).float()  # (M, V): transform + tied decoder
         mlm_sum = F.cross_entropy(logits, mlm_labels, ignore_index=IGNORE, reduction="sum")
         pooler = self.bert.pooler

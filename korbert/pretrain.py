@@ -126,6 +126,12 @@ class Trainer:
         self.long_len = self.long_manifest["config"]["max_seq_len"] if self.long_manifest else 0
         self.mcfg = mcfg = model_config(cfg, state, self.init, self.id_map is not None, len(tok), max(self.max_len, self.long_len))
         self._build_model(state)
+        from korbert.model import attention_path
+
+        # the attention that trains (eval steps, without dropout, may take a faster one: auto's rule)
+        self.attention = attention_path(
+            cfg.attention, dev, torch.bfloat16 if self.precision.startswith("bf16") else torch.float32, mcfg.attention_probs_dropout_prob,
+        )
 
         # -- data
         where = state["state"] if state else {"step": 0, "tokens": 0, "seconds": 0.0}
@@ -154,7 +160,8 @@ class Trainer:
             max(1, cfg.max_tokens // max(1, self.phases[0].plan.token_stats(0)[0])) if cfg.max_tokens > 0 else None
         )
         self.save_every = max(cfg.log_every, cfg.save_every // cfg.log_every * cfg.log_every)
-        self.run_cfg = {**C.to_dict(cfg), "world_size": dist.world, "global_batch": self.global_batch, "device": str(dev), "precision_used": self.precision}
+        self.run_cfg = {**C.to_dict(cfg), "world_size": dist.world, "global_batch": self.global_batch, "device": str(dev), "precision_used": self.precision,
+                        "attention_used": self.attention}
         self.n_params = count = count_parameters(self.model)
         self.peak = peak_flops(torch.cuda.get_device_name(dev)) if self.cuda else None
         self.hardware = f"{dist.world} x {torch.cuda.get_device_name(dev)}" if self.cuda else f"{machine()['cpu']} ({torch.get_num_threads()} threads)"
@@ -166,7 +173,7 @@ class Trainer:
                 f"A{mcfg.num_attention_heads}, vocab {mcfg.vocab_size}) on {dev}{f' x {dist.world}' if dist.world > 1 else ''}; "
                 f"{len(train)} training instances, global batch {self.global_batch}{' (packed rows)' if cfg.pack else ''}"
                 f"{', compiled' if cfg.compile else ''}{f', fixed shapes {self.phases[0].fixed}' if self.fixed else ''}, "
-                f"{self.workers} loader worker(s), {self.precision}"
+                f"{self.workers} loader worker(s), {self.precision}, {self.attention} attention"
             )
         self.tb = None
         if dist.main:
@@ -233,6 +240,7 @@ class Trainer:
         cfg, dev = self.cfg, self.dev
         torch.manual_seed(cfg.seed)
         model = KorBertForPreTraining(self.mcfg)
+        model.attention = cfg.attention
         if self.precision == "bf16-stream":
             bf16_residual_stream(model)
         if state is None and self.init is not None:  # every weight the folder has; its missing heads start fresh (seeded)
@@ -360,7 +368,7 @@ class Trainer:
         for i, mb in enumerate(micro):
             inputs = {**{k: mb[k].to(dev, non_blocking=True) for k in MODEL_INPUTS}, "packed": mb["packed"]}
             if self.cfg.compile and not self.fixed:  # the number of predicted tokens and of pairs varies: one graph for all
-                for k in ("mlm_positions", "mlm_labels", "nsp_positions", "nsp_labels"):
+                for k in ("mlm_positions", "mlm_labels", "nsp_positions", "nsp_labels", "cu_seqlens"):
                     torch._dynamo.maybe_mark_dynamic(inputs[k], 0)  # (a size of 0 or 1 may specialize: no error)
             self.shapes.add(tuple(inputs["input_ids"].shape))
             if self.cfg.compile_mode in ("reduce-overhead", "max-autotune"):  # both modes replay CUDA graphs

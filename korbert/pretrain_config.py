@@ -59,6 +59,11 @@ class PretrainConfig:
         "elsewhere, where bf16 is emulated and slower; bf16-stream: bf16 with the residual stream (LayerNorm outputs) in bf16 too, "
         "as Megatron-style bf16 training keeps it", choices=["auto", "bf16", "bf16-stream", "fp32"],
     )
+    attention: str = C.field(
+        "auto", "how each token attends to its own instance only: varlen (FlashAttention over the instances' lengths, "
+        "CUDA + bf16, torch >= 2.10), flex (FlexAttention, a block mask), sdpa (a dense mask; the only one with attention "
+        "dropout); auto: varlen, else flex on CUDA, sdpa on a CPU or with attention dropout", choices=["auto", "varlen", "flex", "sdpa"],
+    )
     compile: bool = C.field(False, "torch.compile the model; batch shapes are rounded to a few buckets so it compiles a handful of graphs")
     fixed_shapes: str = C.field(
         "auto", "on: every micro-batch has one shape (packed rows of max_seq_len, the predicted-token and [CLS] lists padded "

@@ -161,7 +161,8 @@ def test_static_shards_collate_as_before(static):
         epoch, rows, length = plan(step)
         new, old = make_batch(static, rows, length, seed=0, epoch=epoch), old_collate(static, rows, length)
         for k in MODEL_INPUTS:
-            assert np.array_equal(new[k].numpy(), old[k]), k
+            if k != "cu_seqlens":  # (newer than the old collate: tests/test_attention_paths.py checks it)
+                assert np.array_equal(new[k].numpy(), old[k]), k
         assert new["counts"] == (len(old["mlm_labels"]), len(old["nsp_labels"]), int((old["segments"] > 0).sum()))
 
 
