@@ -4,8 +4,7 @@ Real packed batches at fixed shapes (padding rows and the zero-length tail of `c
 one-instance-per-row batches through BERT-small, eager and compiled: the last hidden state at real tokens
 and every parameter's gradient, as ||x - ref|| / ||ref||. A bf16 path passes within twice SDPA-in-bf16's
 error (or --tolerance, 5x for gradients); NaN or an unwritten output never passes. Prints one line per path and writes JSON;
-the exit status is 0 when every path that ran passed, and the last line of stdout names the paths that did
-(`benchmarks/gpu_lease.sh` passes the first of them to its quality run).
+the exit status is 0 when every path that ran passed, and the last line of stdout names the paths that did.
 
     python benchmarks/gpu_attention_check.py --shards S --out $OUT/attention-check.json
 """

@@ -79,7 +79,7 @@ class PretrainingOutput:
         return torch.stack([self.mlm_loss_sum, self.mlm_correct, self.mlm_count, self.nsp_loss_sum, self.nsp_correct, self.nsp_count]).double()
 
 
-ATTENTION = ("auto", "varlen", "flex", "sdpa")
+ATTENTION = ("sdpa", "varlen", "flex")
 
 
 def varlen_attention():
@@ -101,16 +101,9 @@ def flex_attention():
 
 
 def attention_path(want: str, device: torch.device, dtype: torch.dtype, dropout: float) -> str:
-    """Which attention runs (see `KorBertForPreTraining`). auto: varlen on CUDA in bf16/fp16, else FlexAttention on
-    CUDA, else SDPA with a mask; SDPA also wherever attention dropout is on (neither varlen nor flex has it)."""
+    """`want` if this machine can run it with this attention dropout (see `KorBertForPreTraining`), else a one-line InputError."""
     if want not in ATTENTION:
         raise InputError(f"attention {want!r}: choose one of {', '.join(ATTENTION)}")
-    if want == "auto":
-        if dropout > 0 or device.type != "cuda":
-            return "sdpa"
-        if varlen_attention() is not None and dtype in (torch.bfloat16, torch.float16):
-            return "varlen"
-        return "flex" if flex_attention() is not None else "sdpa"
     if want != "sdpa" and dropout > 0:
         raise InputError(
             f"--attention {want} has no attention dropout: train with attention_probs_dropout_prob=0 "
@@ -142,18 +135,19 @@ class KorBertForPreTraining(BertForPreTraining):
     the training loop calls `pretraining_forward` through `__call__` with `sparse=True` and a batch
     from `korbert.data.make_batch`. That forward runs the encoder itself, on the same modules:
     Q, K and V from one matmul over the three weights concatenated (hidden x 3 hidden; the state dict
-    keeps its three Linear layers, so the export is unchanged), and attention over each instance only,
-    by `attention` (an attribute; `korbert pretrain --attention`):
+    keeps its three Linear layers, so the export is unchanged) when `fused_qkv`, and attention over each
+    instance only, by `attention` (an attribute; `korbert pretrain --attention`):
+      sdpa    scaled_dot_product_attention with the dense mask (block-diagonal over packed rows, the key
+              padding mask over one instance per row); the default: on an H200 it runs cuDNN's fused
+              attention, faster than varlen for the shards' short instances (docs/pretraining.md)
       varlen  FlashAttention over the batch's `cu_seqlens` (torch.nn.attention.varlen, CUDA, bf16):
               the rows' tokens as one list cut into instances, each row's padding a sequence of its own
       flex    FlexAttention with a block mask of the segments (instances attend within themselves)
-      sdpa    scaled_dot_product_attention with the dense mask (block-diagonal over packed rows, the key
-              padding mask over one instance per row): the CPU's path, and any with attention dropout
-      auto    varlen, else flex on CUDA, else sdpa (`attention_path`)
-    `fused_qkv = False` runs the three projections apart (for the benchmarks' one-change-at-a-time runs)."""
+    Neither varlen nor flex has attention dropout. `fused_qkv` (off by default: no gain measured) runs Q, K
+    and V as one matmul over the three weights concatenated (hidden x 3 hidden)."""
 
-    attention = "auto"
-    fused_qkv = True
+    attention = "sdpa"
+    fused_qkv = False
 
     def forward(self, *args, sparse: bool = False, **kw):
         if not sparse:

@@ -128,7 +128,7 @@ class Trainer:
         self._build_model(state)
         from korbert.model import attention_path
 
-        # the attention that trains (eval steps, without dropout, may take a faster one: auto's rule)
+        # checked now (a path this machine cannot run, or attention dropout without sdpa: one line, before training)
         self.attention = attention_path(
             cfg.attention, dev, torch.bfloat16 if self.precision.startswith("bf16") else torch.float32, mcfg.attention_probs_dropout_prob,
         )

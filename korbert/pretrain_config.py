@@ -60,9 +60,10 @@ class PretrainConfig:
         "as Megatron-style bf16 training keeps it", choices=["auto", "bf16", "bf16-stream", "fp32"],
     )
     attention: str = C.field(
-        "auto", "how each token attends to its own instance only: varlen (FlashAttention over the instances' lengths, "
-        "CUDA + bf16, torch >= 2.10), flex (FlexAttention, a block mask), sdpa (a dense mask; the only one with attention "
-        "dropout); auto: varlen, else flex on CUDA, sdpa on a CPU or with attention dropout", choices=["auto", "varlen", "flex", "sdpa"],
+        "sdpa", "how each token attends to its own instance only: sdpa (scaled_dot_product_attention with a dense mask; "
+        "on CUDA, cuDNN's fused kernel; the only one with attention dropout), varlen (FlashAttention over the instances' "
+        "lengths, CUDA + bf16, torch >= 2.10), flex (FlexAttention with a block mask); docs/pretraining.md has what each costs",
+        choices=["sdpa", "varlen", "flex"],
     )
     compile: bool = C.field(False, "torch.compile the model; batch shapes are rounded to a few buckets so it compiles a handful of graphs")
     fixed_shapes: str = C.field(

@@ -93,7 +93,7 @@ def emulated_varlen(monkeypatch):
 def test_every_attention_path_equals_transformers_with_the_dense_mask(reader, path, emulated_varlen):
     torch.manual_seed(0)
     model = KorBertForPreTraining(bert_config("tiny", 3000, 128, {"hidden_size": 64, "intermediate_size": 128})).eval()
-    model.attention = path
+    model.attention, model.fused_qkv = path, path == "varlen"  # (both QKV forms are covered)
     for name, b in batches(reader).items():
         seg = b["segments"]
         mask = seg[:, None, :, None] == seg[:, None, None, :] if b["packed"] else (seg > 0)[:, None, None, :]
@@ -147,13 +147,12 @@ def test_the_fused_qkv_matmul_keeps_the_layout_and_the_gradients(tmp_path):
 
 def test_the_attention_path_rules():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert attention_path("auto", cpu, torch.bfloat16, 0.0) == "sdpa"  # the CPU's path
-    assert attention_path("auto", cuda, torch.bfloat16, 0.1) == "sdpa"  # attention dropout: only SDPA has it
-    assert attention_path("auto", cuda, torch.bfloat16, 0.0) in ("varlen", "flex")
-    assert attention_path("auto", cuda, torch.float32, 0.0) == "flex"  # FlashAttention: bf16 / fp16 only
+    assert KorBertForPreTraining.attention == "sdpa" and not KorBertForPreTraining.fused_qkv  # the measured defaults
+    assert attention_path("sdpa", cpu, torch.float32, 0.1) == "sdpa"  # the only one with attention dropout
     assert attention_path("sdpa", cuda, torch.bfloat16, 0.1) == "sdpa"
     assert attention_path("flex", cpu, torch.float32, 0.0) == "flex"
-    for want, dev, dt, p in (("varlen", cpu, torch.bfloat16, 0.0), ("flex", cuda, torch.bfloat16, 0.1), ("varlen", cuda, torch.bfloat16, 0.1), ("nope", cpu, torch.float32, 0.0)):
+    for want, dev, dt, p in (("varlen", cpu, torch.bfloat16, 0.0), ("flex", cuda, torch.bfloat16, 0.1), ("varlen", cuda, torch.bfloat16, 0.1),
+                             ("auto", cpu, torch.float32, 0.0)):
         with pytest.raises(InputError):
             attention_path(want, dev, dt, p)
 
