@@ -9,10 +9,10 @@
 #       2. benchmarks/gpu_step_ab.py: BERT-base at 65,536 tokens per step, configurations compiled four at a
 #          time and timed one at a time (the commit before, this one, each change, transformers); none starts
 #          after START_SECONDS (default 110), all are killed at KILL_SECONDS (170); the commit before and the
-#          proposed defaults ("all") profiled for 5 steps
+#          three changes together ("all") profiled for 5 steps
 #   bash benchmarks/gpu_lease.sh quality CARRY2 OUT MINUTES [ATTENTION]   (default sdpa)
 #     CARRY2: long.tar.xz (shards at 512 tokens), features.tar.xz, data.tar.xz (benchmarks/gpu_carry.sh's).
-#     benchmarks/gpu_recipe.sh with the proposed GPU defaults: BERT-small for MINUTES of training, bf16-stream,
+#     benchmarks/gpu_recipe.sh with the lean stream: BERT-small for MINUTES of training, bf16-stream,
 #     no dropout, ATTENTION, the last 10% at 512 tokens; then NSMC-R (seeds 42 and 43) and
 #     KorQuAD in 384- and 128-token windows. No controls (the committed run's stand).
 # OUT gets every JSON and log as it goes (the quality run also as OUT/recipe.tgz), so a cut-off keeps what was measured.

@@ -197,7 +197,11 @@ def main() -> None:
             korbert(cmd, log, 1)
 
     def finetune(model: Path, where: Path, seed: int, control: bool = False) -> dict:
+        # each variant fine-tunes at the dropout its pretraining used (the nodrop ones at 0), as the committed
+        # runs did when fine-tuning inherited it (`korbert eval` now sets its own: --dropout, 0.1 by default)
+        said = json.loads((model / "config.json").read_text()).get("hidden_dropout_prob", 0.1)
         ctl = ["--control"] if control else []
+        ctl += ["--dropout", str(said)]
         where.mkdir(parents=True, exist_ok=True)
         flog = where / "run.log"
         nsmc_out, kq_out = where / "nsmc", where / "korquad"

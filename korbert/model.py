@@ -100,7 +100,7 @@ def flex_attention():
     return flex_attention, create_block_mask
 
 
-def attention_path(want: str, device: torch.device, dtype: torch.dtype, dropout: float) -> str:
+def attention_path(want: str, device: torch.device, dtype: torch.dtype, dropout: float, training: bool = True) -> str:
     """`want` if this machine can run it with this attention dropout (see `KorBertForPreTraining`), else a one-line InputError."""
     if want not in ATTENTION:
         raise InputError(f"attention {want!r}: choose one of {', '.join(ATTENTION)}")
@@ -111,8 +111,8 @@ def attention_path(want: str, device: torch.device, dtype: torch.dtype, dropout:
         )
     if want == "varlen" and (device.type != "cuda" or varlen_attention() is None or dtype not in (torch.bfloat16, torch.float16)):
         raise InputError(f"--attention varlen needs torch >= 2.10 (torch.nn.attention.varlen), CUDA and bf16 (here: {device.type}, {dtype}, torch {torch.__version__})")
-    if want == "flex" and flex_attention() is None:
-        raise InputError(f"--attention flex needs torch.nn.attention.flex_attention (torch {torch.__version__} has none)")
+    if want == "flex" and (flex_attention() is None or (training and device.type != "cuda")):
+        raise InputError(f"--attention flex needs torch.nn.attention.flex_attention and, to train, CUDA (here: {device.type}, torch {torch.__version__})")
     return want
 
 
@@ -133,18 +133,17 @@ class KorBertForPreTraining(BertForPreTraining):
 
     `forward` is the parent's (dense logits, for inspection and for the equivalence checks);
     the training loop calls `pretraining_forward` through `__call__` with `sparse=True` and a batch
-    from `korbert.data.make_batch`. That forward runs the encoder itself, on the same modules:
-    Q, K and V from one matmul over the three weights concatenated (hidden x 3 hidden; the state dict
-    keeps its three Linear layers, so the export is unchanged) when `fused_qkv`, and attention over each
-    instance only, by `attention` (an attribute; `korbert pretrain --attention`):
+    from `korbert.data.make_batch`. That forward runs the encoder itself, on the same modules, with
+    attention over each instance only, by `attention` (an attribute; `korbert pretrain --attention`):
       sdpa    scaled_dot_product_attention with the dense mask (block-diagonal over packed rows, the key
               padding mask over one instance per row); the default: on an H200 it runs cuDNN's fused
               attention, faster than varlen for the shards' short instances (docs/pretraining.md)
       varlen  FlashAttention over the batch's `cu_seqlens` (torch.nn.attention.varlen, CUDA, bf16):
               the rows' tokens as one list cut into instances, each row's padding a sequence of its own
       flex    FlexAttention with a block mask of the segments (instances attend within themselves)
-    Neither varlen nor flex has attention dropout. `fused_qkv` (off by default: no gain measured) runs Q, K
-    and V as one matmul over the three weights concatenated (hidden x 3 hidden)."""
+    Neither varlen nor flex has attention dropout, and flex trains on CUDA only. `fused_qkv` (off by default:
+    no gain measured; a benchmark knob) runs Q, K and V as one matmul over the three weights concatenated
+    (hidden x 3 hidden); the parameters stay three Linear layers, so the state dict and the export are unchanged."""
 
     attention = "sdpa"
     fused_qkv = False
@@ -168,7 +167,7 @@ class KorBertForPreTraining(BertForPreTraining):
         layers = bert.encoder.layer
         p_drop = layers[0].attention.self.dropout.p if self.training and len(layers) else 0.0
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
-        path = attention_path(self.attention, x.device, dtype, p_drop)
+        path = attention_path(self.attention, x.device, dtype, p_drop, self.training and torch.is_grad_enabled())
         if path == "varlen":
             cu = cu_seqlens if cu_seqlens is not None else cu_seqlens_of(segments)
         elif path == "flex":

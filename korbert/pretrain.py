@@ -130,7 +130,7 @@ class Trainer:
 
         # checked now (a path this machine cannot run, or attention dropout without sdpa: one line, before training)
         self.attention = attention_path(
-            cfg.attention, dev, torch.bfloat16 if self.precision.startswith("bf16") else torch.float32, mcfg.attention_probs_dropout_prob,
+            cfg.attention, dev, torch.bfloat16 if self.precision.startswith("bf16") else torch.float32, mcfg.attention_probs_dropout_prob, training=True,
         )
 
         # -- data

@@ -150,16 +150,51 @@ def test_the_attention_path_rules():
     assert KorBertForPreTraining.attention == "sdpa" and not KorBertForPreTraining.fused_qkv  # the measured defaults
     assert attention_path("sdpa", cpu, torch.float32, 0.1) == "sdpa"  # the only one with attention dropout
     assert attention_path("sdpa", cuda, torch.bfloat16, 0.1) == "sdpa"
-    assert attention_path("flex", cpu, torch.float32, 0.0) == "flex"
+    assert attention_path("flex", cpu, torch.float32, 0.0, training=False) == "flex"  # its forward runs on a CPU, its backward not
     for want, dev, dt, p in (("varlen", cpu, torch.bfloat16, 0.0), ("flex", cuda, torch.bfloat16, 0.1), ("varlen", cuda, torch.bfloat16, 0.1),
-                             ("auto", cpu, torch.float32, 0.0)):
+                             ("flex", cpu, torch.float32, 0.0), ("auto", cpu, torch.float32, 0.0)):
         with pytest.raises(InputError):
             attention_path(want, dev, dt, p)
+
+
+def test_the_attention_path_is_not_part_of_the_run_key():
+    """The paths compute one function: a run resumes under another --attention."""
+    from korbert.checkpoint import run_key
+    from korbert.pretrain_config import PretrainConfig
+
+    keys = {run_key(PretrainConfig(attention=a), "shards", "tok", 1, "bf16", True) for a in ("sdpa", "varlen", "flex")}
+    assert len(keys) == 1
+
+
+@pytest.mark.parametrize("mode", ["train-fp32", "train-bf16", "train-bf16-stream"])
+def test_the_default_path_trains_as_transformers_did_bit_for_bit(reader, mode):
+    """Training mode (dropout on), the same seed: `encode` draws the same dropout masks in the same
+    order as transformers' BertModel with the dense mask (the loop's forward before this encoder), and
+    gives the same bits, in fp32, under bf16 autocast and with the bf16 residual stream."""
+    from korbert.model import bf16_residual_stream
+
+    torch.manual_seed(0)
+    model = KorBertForPreTraining(bert_config("tiny", 3000, 128, {"hidden_size": 64, "intermediate_size": 128})).train()
+    if mode == "train-bf16-stream":
+        bf16_residual_stream(model)
+    b = batches(reader)["packed"]
+    seg = b["segments"]
+    mask = seg[:, None, :, None] == seg[:, None, None, :]
+    amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode != "train-fp32")
+    with torch.no_grad(), amp:
+        torch.manual_seed(5)
+        ref = model.bert(b["input_ids"], attention_mask=mask, token_type_ids=b["token_type_ids"], position_ids=b["position_ids"]).last_hidden_state
+        torch.manual_seed(5)
+        out = model.encode(b["input_ids"], b["token_type_ids"], b["position_ids"], seg, b["cu_seqlens"], True)
+    real = seg > 0
+    assert torch.equal(out[real], ref[real])
 
 
 def test_an_attention_the_machine_cannot_run_is_refused_before_training(tmp_path, vocab_dir, corpus_file, reader):
     from korbert.pretrain import main as pretrain
     from korbert.pretrain_config import PretrainConfig
 
-    with pytest.raises(InputError, match="varlen"):
-        pretrain(PretrainConfig(shards=str(Path(reader.folder)), out=str(tmp_path / "p"), model_size="tiny", max_steps=2, device="cpu", attention="varlen", num_workers=0))
+    for attention in ("varlen", "flex"):  # (without attention dropout: refused for the machine, not for the dropout)
+        with pytest.raises(InputError, match="needs torch"):
+            pretrain(PretrainConfig(shards=str(Path(reader.folder)), out=str(tmp_path / attention), model_size="tiny", max_steps=2, device="cpu",
+                                    attention=attention, override=["attention_probs_dropout_prob=0"], num_workers=0))
