@@ -43,6 +43,17 @@ def vocab_dir(tmp_path_factory, corpus_file) -> Path:
 
 
 @pytest.fixture(scope="session")
+def shards_dir(tmp_path_factory, vocab_dir, corpus_file) -> Path:
+    """Shards of `corpus_file` (dynamic masking, document instances, NSP; 5% valid), built once."""
+    from corpus_tools.shards import main as shards_main
+    from corpus_tools.shards_config import ShardsConfig
+
+    out = tmp_path_factory.mktemp("shards")
+    shards_main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(corpus_file)], out=str(out), valid_fraction=0.05, show=0, seed=1))
+    return out
+
+
+@pytest.fixture(scope="session")
 def tok(vocab_dir):
     from korbert.tokenizer import KorBertTokenizer
 

@@ -22,14 +22,10 @@ from korbert.model import KorBertForPreTraining, attention_path, bert_config, cu
 
 
 @pytest.fixture(scope="module")
-def reader(tmp_path_factory, vocab_dir, corpus_file):
+def reader(shards_dir):
     from corpus_tools.shard_format import open_shards
-    from corpus_tools.shards import main as shards_main
-    from corpus_tools.shards_config import ShardsConfig
 
-    out = tmp_path_factory.mktemp("shards-attention")
-    shards_main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(corpus_file)], out=str(out), valid_fraction=0.05, show=0, seed=1))
-    return open_shards(out, verify=False)
+    return open_shards(shards_dir, verify=False)
 
 
 def batches(reader) -> dict[str, dict]:

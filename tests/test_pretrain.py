@@ -29,16 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = ["hidden_size=64", "num_hidden_layers=2", "num_attention_heads=2", "intermediate_size=128"]
 
 
-@pytest.fixture(scope="module")
-def shards_dir(tmp_path_factory, vocab_dir, corpus_file) -> Path:
-    from corpus_tools.shards import main as shards_main
-    from corpus_tools.shards_config import ShardsConfig
-
-    out = tmp_path_factory.mktemp("shards")
-    shards_main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(corpus_file)], out=str(out), valid_fraction=0.05, show=0, seed=1))
-    return out
-
-
 def cfg(shards_dir, out, **kw) -> PretrainConfig:
     base = dict(
         shards=str(shards_dir), out=str(out), model_size="tiny", override=TINY, batch_size=8, max_steps=10, lr=2e-3,
