@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One GPU lease in two commands on one warm machine (issue 42: attention without a dense mask, one QKV
-# matmul, the lean residual stream), from folders built on a CPU machine (no Kiwi there):
+# matmul, the lean residual stream), from folders built on a CPU machine (no Kiwi there) by
+# benchmarks/gpu_lease_carry.sh. The two calls must follow each other within the machine's 30 s warm time
+# (the second reads the shards the first unpacked):
 #
 #   bash benchmarks/gpu_lease.sh throughput CARRY1 OUT [START_SECONDS KILL_SECONDS]
 #     CARRY1: shards.tar.xz (the gpu-small corpus at 128 tokens) and before/ (the commit before: git archive
