@@ -18,8 +18,9 @@ korbert shards --tokenizer "$R/qvocab" --inputs "$C/petitions.jsonl.gz" "$C/kowi
 korbert shards --tokenizer "$R/qvocab" --inputs corpus_tools/sample_data/reviews.jsonl.gz --out "$R/tinyshards" --show 0
 korbert pretrain --shards "$R/tinyshards" --out "$R/arch" --model-size small --max-steps 1 --device cpu --eval-every 0 --tokens-per-batch 4096 --pack --force
 korbert eval nsmc --model "$R/arch/final" --train "$D/nsmc/ratings_train.txt" --test "$D/nsmc/ratings_test.txt" --features "$R/features" --out "$R/feat-nsmc" --max-steps 1 --max-eval-examples 100 --device cpu
-for w in "--max-len 384 --allow-untrained-positions" "--max-len 128 --stride 32 --max-query-len 40"; do
-  korbert eval korquad --model "$R/arch/final" --dev-file "$D/korquad/KorQuAD_v1.0_dev.json" --features "$R/features" --out "$R/feat-kq" $w --max-steps 1 --max-eval-examples 100 --device cpu
+for len in 384 128; do
+  w="--max-len 384 --allow-untrained-positions"; [ $len = 128 ] && w="--max-len 128 --stride 32 --max-query-len 40"
+  korbert eval korquad --model "$R/arch/final" --dev-file "$D/korquad/KorQuAD_v1.0_dev.json" --features "$R/features" --out "$R/feat-kq$len" $w --max-steps 1 --max-eval-examples 100 --device cpu
 done
 rm -rf .gpu/c1/before; mkdir -p .gpu/c1/before; git archive "$BEFORE" korbert corpus_tools | tar x -C .gpu/c1/before
 pack() { tar cf - -C "$1" . | xz -T2 ${3:--6} > "$2.part" && mv "$2.part" "$2"; }
