@@ -92,10 +92,10 @@ def one(a) -> None:
     tokens = s["tokens"] or a.tokens_per_batch
     lengths = instance_lengths(reader)
     n_batches = a.batches
-    if s["hf"]:  # length-grouped rows, dynamic padding (to a multiple of 8), the same token budget per step
-        sys.path.insert(0, str(HERE))
-        from pretrain_throughput import dense
+    sys.path.insert(1, str(HERE))  # (after the code path above: korbert is already imported from it)
+    from pretrain_throughput import dense, stats
 
+    if s["hf"]:  # length-grouped rows, dynamic padding (to a multiple of 8), the same token budget per step
         plan = BatchPlan(lengths, 0, max_len, tokens_per_step=tokens)
         raw = [make_batch(reader, plan(i)[1], seed=0, epoch=0, packed=False) for i in range(n_batches)]
         batches = [dense(b, -(-b["input_ids"].shape[1] // 8) * 8) for b in raw]
@@ -104,12 +104,7 @@ def one(a) -> None:
         fixed = fixed_counts(plan, reader.mask_config.mask_prob, 1)
         raw = [make_batch(reader, plan(i)[1], max_len, seed=0, epoch=0, packed=True, fixed=fixed) for i in range(n_batches)]
         batches = [{k: b[k] for k in MODEL_INPUTS} for b in raw]
-    metas = []
-    for b in raw:
-        seg = b["segments"]
-        inst = (seg + (int(seg.max()) + 1) * torch.arange(seg.shape[0])[:, None])[seg > 0]
-        lens = torch.bincount(inst)
-        metas.append((b["counts"][2], int((lens * lens).sum()), b["counts"][0], b["counts"][1]))
+    metas = [stats(b) for b in raw]  # (real tokens, attended, predicted, instances): step_flops' arguments
     batches = [{k: v.to(dev, non_blocking=True) for k, v in b.items()} for b in batches]
 
     torch.manual_seed(0)
