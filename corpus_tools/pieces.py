@@ -6,16 +6,20 @@ A piece is a stretch of one input file, cut at document boundaries, of about `pi
     own documents only (plus the end of its last document, past `end`);
   * a .gz file cannot be entered in the middle, so one reader (`stream_pieces`, the stage's driver)
     decompresses it and cuts the stream at document boundaries; a piece then carries its bytes.
-    So does a file read only in part (`PATH@N`: the first N documents).
+    So does a file read only in part (`PATH@N`: the first N documents);
+  * a Parquet file is cut into its row groups, known from its footer (`parquet_pieces`): the task
+    of a piece reads that row group's text columns only (`PATH@N`: its first N rows).
 Either way a document is known by (its file's sha256, the byte offset where it starts in the
-decompressed stream): `document_key`, from which the shards stage draws all its random choices.
+decompressed stream; in a Parquet file, its row, counted from 0): `document_key`, from which the
+shards stage draws all its random choices.
 Neither depends on which process reads the piece, so the output is the same for one process and
 for any number of workers.
 
 The documents a piece yields are those `text.iter_documents` yields for the file, in order
 (tests/test_pieces.py checks it on every way of cutting): plain text has documents separated by
-blank lines (or one per line), JSON Lines one object per non-blank line. Undecodable lines and
-malformed JSON are counted in the piece's ReadStats, by the piece that owns them.
+blank lines (or one per line), JSON Lines one object per non-blank line, Parquet one row per
+document. Undecodable lines (and non-UTF-8 cells of a binary Parquet column) and malformed JSON
+are counted in the piece's ReadStats, by the piece that owns them.
 """
 
 from __future__ import annotations
@@ -27,15 +31,18 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
 from corpus_tools.shard_format import mix64
-from corpus_tools.text import FirstDocs, InputError, ReadStats, format_of, jsonl_text, open_text
+from corpus_tools.text import (
+    FirstDocs, InputError, ReadStats, format_of, jsonl_text, open_parquet, open_text, parquet_groups, parquet_rows,
+)
 
 _MASK63 = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
 class Piece:
-    """Piece `index` of input file `file`: bytes [start, end) of its (decompressed) stream.
-    Ranged pieces are read from `path` by whoever runs them; streamed ones come with their bytes."""
+    """Piece `index` of input file `file`: bytes [start, end) of its (decompressed) stream, or of a
+    Parquet file, rows [start, end) of row group `row_group`. Ranged and Parquet pieces are read
+    from `path` by whoever runs them; streamed ones come with their bytes."""
 
     file: int
     index: int
@@ -45,6 +52,8 @@ class Piece:
     streamed: bool
     file_id: int  # from the file's sha256: with a document's offset, its identity
     first_line: int | None = 1  # the line number at `start` (None: not known without reading before it)
+    row_group: int | None = None  # a Parquet piece: its row group (`index` too)
+    size: int | None = None  # a Parquet piece: its text columns' uncompressed size (the footer's)
 
     @property
     def name(self) -> str:
@@ -52,7 +61,7 @@ class Piece:
 
     @property
     def bytes(self) -> int:
-        return self.end - self.start
+        return self.size if self.size is not None else self.end - self.start
 
 
 def file_id(sha256: str) -> int:
@@ -74,6 +83,20 @@ def ranged_pieces(file: int, path: Path, size: int, fid: int, piece_bytes: int) 
     return [
         Piece(file, k, str(path), k * piece_bytes, min(size, (k + 1) * piece_bytes), False, fid, 1 if k == 0 else None)
         for k in range(n)
+    ]
+
+
+def parquet_pieces(file: int, path: Path, fid: int, text_field: str | Sequence[str]) -> list[Piece]:
+    """A Parquet file's row groups, one piece each, from its footer alone (an InputError, here in the
+    driver, when it has no text column); a `PATH@N` file's pieces stop after its N-th row."""
+    fields = [text_field] if isinstance(text_field, str) else list(text_field)
+    pf, columns = open_parquet(path, fields)
+    first = path.first if isinstance(path, FirstDocs) else 0
+    with pf:
+        groups = parquet_groups(pf, columns, first)
+    return [
+        Piece(file, g, str(path), start, stop, False, fid, None, row_group=g, size=size)
+        for g, start, stop, size in groups
     ]
 
 
@@ -169,7 +192,8 @@ def read_piece(
     strict: bool = False,
 ) -> Iterator[tuple[int, str, str]]:
     """Yield (offset, where, raw_text) for the documents of `piece`; `data`: a streamed piece's
-    bytes. where = "file:line", or "file:byte N" inside a file's range past its first."""
+    bytes. where = "file:line", or "file:byte N" inside a file's range past its first; a Parquet
+    piece's offset is the row and where is "file:row N"."""
     stats = stats if stats is not None else ReadStats()
     fields = [text_field] if isinstance(text_field, str) else list(text_field)
     path = Path(piece.path)
@@ -178,6 +202,11 @@ def read_piece(
     start, end = piece.start, piece.end
     stats.files += 1
     stats.bytes += piece.bytes
+    if piece.row_group is not None:  # Parquet: offset = the row
+        pf, columns = open_parquet(path, fields)
+        with pf:
+            yield from parquet_rows(pf, path, columns, piece.row_group, start, end, stats, strict)
+        return
 
     def where(offset: int, line: int | None) -> str:
         return f"{piece.path}:{line}" if line is not None else f"{piece.path}:byte {offset}"

@@ -189,6 +189,17 @@ class Job:
     kiwi_threads: int  # 0: all cores (one process alone)
     mcfg: MaskConfig
     columns: dict[str, str]
+    eval_sha256: tuple[str, str] = ("", "")  # the evaluation files' content, which a worker's cached guard must match
+
+
+@lru_cache(maxsize=2)
+def _task_guard(nsmc_test: str, korquad: str, sha256: tuple[str, str]):
+    """The evaluation text this process counts in its documents (built once per process and content), or None."""
+    if not (nsmc_test or korquad):
+        return None
+    from corpus_tools.guard import EvalText
+
+    return EvalText(nsmc_test=[nsmc_test] if nsmc_test else [], korquad=[korquad] if korquad else [])
 
 
 @lru_cache(maxsize=2)
@@ -210,6 +221,8 @@ def build_piece(job: Job, piece: Piece, data: bytes | None = None, on_batch: Cal
     tok = _task_tokenizer(str(Path(job.folder) / TOKENIZER_DIR), job.kiwi_threads)
     chunk = ShardChunk(piece.name, Path(job.folder), cfg, job.mcfg, job.columns)
     stats = ReadStats()
+    guard = _task_guard(cfg.eval_nsmc_test, cfg.eval_korquad, job.eval_sha256)
+    eval_text, eval_first = Counter(), {}  # documents holding evaluation text (used all the same: counted, not dropped)
     cpu = Counter()  # CPU seconds of this thread: reading, the tokenizer's Python side, the recipe
     analysed = 0  # documents through Kiwi so far (the progress bar's count)
     process0 = time.process_time()
@@ -248,6 +261,11 @@ def build_piece(job: Job, piece: Piece, data: bytes | None = None, on_batch: Cal
         elif len(text) > cfg.max_doc_chars:
             chunk.skip("too_long", where)
         else:
+            if guard is not None and (hit := guard.check(text)):
+                if cfg.eval_strict:
+                    raise InputError(f"{where}: {hit.replace('_', ' ')} in the corpus (eval_strict)")
+                eval_text[hit] += 1
+                eval_first.setdefault(hit, where)
             g = document_key(piece.file_id, offset)
             batch.append((g, where, "valid" if is_valid(cfg.seed, g, cfg.valid_fraction) else "train", text))
             chars += len(text)
@@ -264,5 +282,6 @@ def build_piece(job: Job, piece: Piece, data: bytes | None = None, on_batch: Cal
     record["skipped"] = dict(Counter(record["skipped"]) + stats.skipped)
     record["first_skip_at"] = {**stats.examples, **record["first_skip_at"]}
     record["bytes"] = piece.bytes
+    record["eval_text"], record["eval_text_first_at"] = dict(eval_text), eval_first
     record["cpu_seconds"] = {**{k: round(v, 3) for k, v in cpu.items()}, "process": round(time.process_time() - process0, 3)}
     return record

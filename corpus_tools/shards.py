@@ -10,9 +10,10 @@ one Kiwi pass per batch -> BERT's recipe -> columns); corpus_tools/pairs.py is B
 are described there); corpus_tools/engine.py runs the tasks here or on Dask.
 
 Pieces, determinism and resume. The inputs are cut into pieces of about `shard_mb` MB
-(corpus_tools/pieces.py: byte ranges of plain files, stretches of a .gz stream), each cut at a
-document boundary; one piece is one task and one shard (train + valid). A document is known by
-its file's sha256 and the byte offset where it starts (`document_key`): it goes to the validation
+(corpus_tools/pieces.py: byte ranges of plain files, stretches of a .gz stream; a Parquet file's
+row groups, whatever their size), each cut at a document boundary; one piece is one task and one
+shard (train + valid). A document is known by its file's sha256 and the byte offset where it starts
+(a Parquet file: its row) (`document_key`): it goes to the validation
 split when a hash of (seed, key) falls below `valid_fraction`, and every random choice for it comes
 from (seed, key) alone: its first `DRAWS` choices from counter-based uniforms (`pairs.draw_uniforms`:
 splitmix64 of seed, key and the draw's number, for a whole batch at once), any further ones (long
@@ -56,10 +57,10 @@ from corpus_tools.shard_format import (
 from corpus_tools.engine import run_dask, run_here
 from corpus_tools.masking import MASKING_VERSION, masked_instance
 from corpus_tools.morph import default_threads
-from corpus_tools.pieces import Piece, file_id, is_streamed, ranged_pieces, stream_pieces
+from corpus_tools.pieces import Piece, file_id, is_streamed, parquet_pieces, ranged_pieces, stream_pieces
 from corpus_tools.shard_task import DYNAMIC_STATS_EVERY, DYNAMIC_STATS_FIRST, Job, build_piece
 from corpus_tools.shards_config import ShardsConfig
-from corpus_tools.text import InputError, expand_inputs
+from corpus_tools.text import InputError, expand_inputs, format_of, open_parquet
 
 PROGRESS = "progress.jsonl"  # {"key"}, then {"piece", "record"} per finished piece: appended to, never rewritten
 OLD_PROGRESS = "progress.json"  # what korbert wrote before: one object, rewritten after every piece
@@ -175,13 +176,16 @@ def _split_summary(c: Counter, nsp: bool = True) -> dict:
 
 def _summarize(chunks: list[dict], nsp: bool = True) -> dict:
     """Totals over the pieces' records (each holds its reader's skips too): documents in = used + skipped, always."""
-    docs, skipped, first = Counter(), Counter(), {}
+    docs, skipped, first, evals, eval_first = Counter(), Counter(), {}, Counter(), {}
     splits = {s: Counter() for s in SPLITS}
     for ch in chunks:
         docs.update(ch["documents"])
         skipped.update(ch["skipped"])
         for r, w in ch["first_skip_at"].items():
             first.setdefault(r, w)
+        evals.update(ch.get("eval_text", {}))
+        for r, w in ch.get("eval_text_first_at", {}).items():
+            eval_first.setdefault(r, w)
         for s in SPLITS:
             splits[s].update(ch["splits"][s])
     if docs["documents_in"] != docs["documents_used"] + sum(skipped.values()):  # every document is accounted for
@@ -191,6 +195,7 @@ def _summarize(chunks: list[dict], nsp: bool = True) -> dict:
         "documents_used": docs["documents_used"],
         "documents_skipped": dict(sorted(skipped.items())),
         "first_skip_at": dict(sorted(first.items())),
+        "eval_text": dict(sorted(evals.items())), "eval_text_first_at": dict(sorted(eval_first.items())),
         "sentences": docs["sentences"],
         "document_tokens": docs["document_tokens"],
         **{s: _split_summary(c, nsp) for s, c in splits.items()},
@@ -247,17 +252,19 @@ def _append_line(f, obj: dict) -> None:
     os.fsync(f.fileno())
 
 
-KEYS = 2  # how documents are keyed: 2 = (file sha256, byte offset), in pieces; 1 = by global index (before Dask)
+KEYS = 2  # how documents are keyed: 2 = (file sha256, byte offset; a Parquet file's row), in pieces; 1 = by global index (before Dask)
 
 
 
 def _pieces(files: list[Path], inputs: list[dict], cfg: ShardsConfig) -> Iterator[tuple[Piece, bytes | None]]:
-    """Every piece of the inputs, in order: ranged ones from the files' sizes, streamed ones as the
-    .gz (or PATH@N) files are read."""
+    """Every piece of the inputs, in order: ranged ones from the files' sizes, Parquet row groups
+    from the files' footers, streamed ones as the .gz (or PATH@N) files are read."""
     piece_bytes = max(1, int(cfg.shard_mb * 1e6))
     for f, (path, rec) in enumerate(zip(files, inputs)):
         fid = file_id(rec["sha256"])
-        if is_streamed(path):
+        if format_of(path) == "parquet":
+            yield from ((p, None) for p in parquet_pieces(f, path, fid, cfg.text_field))
+        elif is_streamed(path):
             yield from stream_pieces(f, path, fid, piece_bytes, cfg.one_doc_per_line)
         else:
             yield from ((p, None) for p in ranged_pieces(f, path, rec["bytes"], fid, piece_bytes))
@@ -280,6 +287,9 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
     columns = shard_columns(len(tok), cfg.max_seq_len, cfg.masking, cfg.mask_unit != "token")
     del tok  # the tasks load their own (a Dask worker its own Kiwi: Kiwi cannot be pickled)
     files = expand_inputs(cfg.inputs)
+    for f in files:  # a Parquet file without the text columns is an error before anything is written
+        if format_of(f) == "parquet":
+            open_parquet(f, cfg.text_field)[0].close()
     inputs = [file_record(f) for f in files]
     folder = Path(cfg.out)
     config = C.to_dict(cfg)
@@ -287,7 +297,10 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
         config.pop(k)
     if cfg.masking == "dynamic":
         config["dupe_factor"] = 1
-    ident = {k: v for k, v in config.items() if k not in ("batch_docs", "batch_chars")}
+    ident = {k: v for k, v in config.items() if k not in ("batch_docs", "batch_chars", "eval_nsmc_test", "eval_korquad", "eval_strict")}
+    guard = [sha256_file(f) if f else "" for f in (cfg.eval_nsmc_test, cfg.eval_korquad)]
+    if any(guard):  # the counts depend on the evaluation files' content (without them: the key is as before)
+        ident["eval_text"] = guard
     for k, default in (("instances", "document"), ("nsp", True)):  # options added later: at their defaults the key is as before
         if ident[k] == default:
             del ident[k]
@@ -309,6 +322,7 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
         finished, done = _existing(folder, key, True)
     if finished is not None:
         print(f"{folder}: shards up to date ({finished['counts']['train']['instances']} training instances); --force rebuilds them")
+        _eval_strict(cfg, finished["counts"])
         show(folder, cfg.show)
         return finished
     folder.mkdir(parents=True, exist_ok=True)
@@ -322,7 +336,7 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
     # Kiwi threads: all cores in one process; their share on a local cluster; one per worker thread on
     # a running cluster (start one worker process per core)
     threads = cfg.kiwi_threads or (max(1, default_threads() // cfg.workers) if cfg.workers else 1 if cfg.scheduler else 0)
-    job = Job(cfg, str(folder.resolve()), threads, mcfg, columns)
+    job = Job(cfg, str(folder.resolve()), threads, mcfg, columns, tuple(guard))
     bar = tqdm(desc="shards", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
     built, mb = 0, 0.0
     runner = run_dask(build_piece, job, todo, cfg, bar) if cfg.workers or cfg.scheduler else run_here(build_piece, job, todo, bar)
@@ -373,6 +387,13 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
     return manifest
 
 
+def _eval_strict(cfg: ShardsConfig, counts: dict) -> None:
+    """eval_strict against shards built before it was asked for: their counts decide."""
+    if cfg.eval_strict and counts.get("eval_text"):
+        kind, where = next(iter(counts["eval_text_first_at"].items()))
+        raise InputError(f"{where}: {kind.replace('_', ' ')} in the corpus (eval_strict; {counts['eval_text']})")
+
+
 def report(folder: Path, m: dict, seconds: float) -> None:
     c, tr = m["counts"], m["counts"]["train"]
     skipped = sum(c["documents_skipped"].values())
@@ -393,7 +414,9 @@ def report(folder: Path, m: dict, seconds: float) -> None:
         f"  documents: {c['documents_in']} in = {c['documents_used']} used + {skipped} skipped"
         f"{': ' + str(c['documents_skipped']) if skipped else ''}"
         f"{' (first at ' + str(c['first_skip_at']) + ')' if skipped else ''}\n"
-        f"  {mode}; {pairs}; "
+        + (f"  evaluation text in the corpus (documents kept, counted): {c['eval_text']} (first at {c['eval_text_first_at']})\n"
+           if c.get("eval_text") else "")
+        + f"  {mode}; {pairs}; "
         f"masked {mk['masked_share']} of non-special tokens, as [MASK]/random/kept {mk['mask_share']}/{mk['random_share']}/{mk['keep_share']}"
         f" ({m['config']['masking']} masking, by {m['config']['mask_unit']})\n"
         f"  {seconds:.1f}s -> {folder} (tokenizer {m['tokenizer_hash'][:12]})"

@@ -19,7 +19,7 @@ class ShardsConfig:
     )
     inputs: list[str] = C.field(
         [str(SAMPLE_DATA / "reviews.jsonl.gz"), str(SAMPLE_DATA / "petitions.jsonl.gz")],
-        "text files, folders or globs: .txt (blank line between documents), .jsonl, optionally .gz",
+        "text files, folders or globs: .txt (blank line between documents), .jsonl, optionally .gz; .parquet (--text-field columns)",
     )
     out: str = C.field("runs/shards", "output folder (shards + manifest.json)")
     max_seq_len: int = C.field(128, "tokens per instance, [CLS]/[SEP] included")
@@ -41,16 +41,19 @@ class ShardsConfig:
     valid_fraction: float = C.field(0.01, "share of documents held out for validation (by a hash of position and seed)")
     shard_mb: float = C.field(
         8.0, "input MB per piece: a piece (a byte range of a file, or a stretch of a .gz stream, cut at a document "
-        "boundary) is one task and one shard, the unit of work and of resume"
+        "boundary; a Parquet file's pieces are its row groups, of whatever size) is one task and one shard, the unit of work and of resume"
     )
     pool_tokens: int = C.field(1_000_000, "tokens of recent documents kept to draw random B segments from")
-    text_field: list[str] = C.field(["title", "text"], "JSON Lines field(s) holding the text (joined by a newline)")
+    text_field: list[str] = C.field(["title", "text"], "JSON Lines field(s) or Parquet column(s) holding the text (joined by a newline)")
     one_doc_per_line: bool = C.field(False, "plain text: every line is a document (default: blank-line separated)")
     min_chars: int = C.field(2, "skip documents shorter than this after cleaning (too_short)")
     max_doc_chars: int = C.field(
         100_000, "skip longer documents (too_long): Kiwi's time grows quadratically on long runs without spaces"
     )
     strict: bool = C.field(False, "fail on the first unusable document instead of counting it")
+    eval_nsmc_test: str = C.field("", "an NSMC-format test file: count the documents whose letters and digits alone equal one of its reviews")
+    eval_korquad: str = C.field("", "a KorQuAD (SQuAD-format) file: count the documents sharing a 48-character run with one of its contexts")
+    eval_strict: bool = C.field(False, "refuse a corpus holding such documents instead of counting them")
     seed: int = C.field(0, "seed for every random choice")
     workers: int = C.field(0, "build the pieces on a local Dask cluster of this many worker processes, one Kiwi each (0: this process alone)")
     scheduler: str = C.field("", "build the pieces on a running Dask cluster (tcp://HOST:8786); input and --out must be on a filesystem every worker sees")

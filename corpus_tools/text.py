@@ -5,7 +5,15 @@ Input formats (the sample files in corpus_tools/sample_data/ double as the spec)
     (`one_doc_per_line=True`);
   * JSON Lines (.jsonl / .json): one object per line, the text under `text_field`
     (a list of fields is joined with a newline, e.g. ["title", "text"]);
-  * gzip of either (.gz suffix on top of the above).
+  * gzip of either (.gz suffix on top of the above);
+  * Parquet (.parquet): one document per row, the text in the column(s) named by `text_field`
+    (string or binary; several joined with a newline as for JSON Lines, null cells left out; a file
+    with none of them is an InputError naming its columns). Read with pyarrow, one row group at a
+    time and only those columns; a row group is the shards stage's piece (corpus_tools/pieces.py)
+    and a document is known by its row in the file, counted from 0 (`file:row N`).
+A folder stands for the files below it, sorted; names starting with "." or "_" are left out
+(hidden files, and the _SUCCESS / _metadata files of Spark and Hive datasets).
+Every format's text goes through the same `clean` (NFC, control characters, whitespace).
 Korean text is only ever NFC-normalized: no NFD, no accent stripping, no lowercasing.
 """
 
@@ -183,7 +191,7 @@ def expand_inputs(inputs: Sequence[str | os.PathLike]) -> list[Path]:
             continue
         p = Path(spec)
         if p.is_dir():
-            files += sorted(q for q in p.rglob("*") if q.is_file() and not q.name.startswith("."))
+            files += sorted(q for q in p.rglob("*") if q.is_file() and not q.name.startswith((".", "_")))
         elif p.is_file():
             files.append(p)
         else:
@@ -206,6 +214,8 @@ def open_text(path: Path) -> io.BufferedReader:
 
 
 def format_of(path: Path) -> str:
+    if path.suffix == ".parquet":
+        return "parquet"
     suffixes = [s for s in path.suffixes if s != ".gz"]
     return "jsonl" if suffixes and suffixes[-1] in (".jsonl", ".json", ".ndjson") else "txt"
 
@@ -222,9 +232,107 @@ def jsonl_text(line: str, fields: Sequence[str]) -> tuple[str, str | None]:
     values = [obj[f] for f in fields if f in obj]
     if not values:
         return "", "missing_field"
+    return join_fields(values), None
+
+
+def join_fields(values: list) -> str:
+    """A row's text from its fields' values (JSON Lines, Parquet): one string as it is; else the
+    non-null values written out and joined by a newline (all null: "", an empty document)."""
     if len(values) == 1 and type(values[0]) is str:
-        return values[0], None
-    return "\n".join(str(v) for v in values if v is not None), None
+        return values[0]
+    return "\n".join(str(v) for v in values if v is not None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parquet
+# ---------------------------------------------------------------------------------------------
+
+PARQUET_BATCH_ROWS = 4096  # rows decoded at a time inside a row group (memory: one batch of Python strings)
+
+
+def open_parquet(path: Path, fields: Sequence[str]):
+    """-> (a pyarrow ParquetFile, the `fields` that are its columns, in that order). InputError when
+    the file is not readable Parquet, has none of the fields, or one of them holds no text."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise InputError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow)") from None
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, ValueError, pa.ArrowException) as e:
+        raise InputError(f"{path}: cannot read as Parquet ({e})") from None
+    schema = pf.schema_arrow
+    columns = [f for f in fields if f in schema.names]
+    if not columns:
+        raise InputError(
+            f"{path}: no column {' or '.join(map(repr, fields))} (its columns: {', '.join(schema.names) or 'none'}; --text-field names them)"
+        )
+    for c in columns:
+        kind = schema.field(c).type
+        value = kind.value_type if pa.types.is_dictionary(kind) else kind
+        if not any(f(value) for f in (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary,
+                                      pa.types.is_null, *_view_types(pa))):
+            raise InputError(f"{path}: column {c!r} holds {kind}, not text (--text-field names the text columns)")
+    return pf, columns
+
+
+def _view_types(pa) -> list:
+    return [getattr(pa.types, n) for n in ("is_string_view", "is_binary_view") if hasattr(pa.types, n)]
+
+
+def parquet_groups(pf, columns: Sequence[str], first: int = 0) -> list[tuple[int, int, int, int]]:
+    """The row groups to read, from the file's footer: (group, its first row, the row it stops
+    before, the uncompressed size of its `columns`' pages). first > 0: only the file's first
+    `first` rows (`PATH@N`). Groups without rows are left out."""
+    md = pf.metadata
+    leaves = [i for i in range(md.num_columns) if md.schema.column(i).path in set(columns)]  # text columns are leaves
+    out, row = [], 0
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        n = rg.num_rows
+        stop = min(row + n, first) if first else row + n
+        if stop > row:
+            size = sum(rg.column(i).total_uncompressed_size for i in leaves)
+            out.append((g, row, stop, size * (stop - row) // n))
+        row += n
+        if first and row >= first:
+            break
+    return out
+
+
+def parquet_rows(pf, path: Path, columns: Sequence[str], group: int, start: int, stop: int,
+                 stats: ReadStats, strict: bool = False) -> Iterator[tuple[int, str, str]]:
+    """Yield (row, where, raw_text) for rows [start, stop) of the file, which lie in row group
+    `group` (whose first row is `start`); where = "file:row N". A row is a document: its cells of
+    `columns` joined as JSON Lines' fields are (`join_fields`; null cells left out, all null is
+    an empty document for the caller's filters); a binary cell that is not UTF-8 is counted as
+    invalid_utf8 (an InputError with `strict`)."""
+    import pyarrow as pa
+
+    row = start
+    try:
+        for batch in pf.iter_batches(batch_size=min(PARQUET_BATCH_ROWS, stop - start), row_groups=[group], columns=list(columns)):
+            cells = [batch.column(c).to_pylist() for c in columns]
+            for values in zip(*cells):
+                if row >= stop:
+                    return
+                where = f"{path}:row {row}"
+                row += 1
+                stats.documents_in += 1
+                if len(values) == 1 and type(values[0]) is str:  # the common case: one text column
+                    yield row - 1, where, values[0]
+                    continue
+                try:
+                    values = [v.decode("utf-8") if type(v) is bytes else v for v in values]
+                except UnicodeDecodeError:
+                    if strict:
+                        raise InputError(f"{where}: invalid utf8") from None
+                    stats.skip("invalid_utf8", where)
+                    continue
+                yield row - 1, where, join_fields(values)
+    except (OSError, pa.ArrowException) as e:
+        raise InputError(f"{path}: cannot read row group {group} ({e})") from None
 
 
 def iter_documents(
@@ -244,6 +352,13 @@ def iter_documents(
     for path in expand_inputs(inputs):
         stats.files += 1
         fmt = format_of(path)
+        if fmt == "parquet":
+            pf, columns = open_parquet(path, fields)
+            with pf:
+                for group, start, stop, size in parquet_groups(pf, columns, path.first if isinstance(path, FirstDocs) else 0):
+                    stats.bytes += size
+                    yield from ((where, text) for _, where, text in parquet_rows(pf, path, columns, group, start, stop, stats, strict))
+            continue
         try:
             fh = open_text(path)
         except OSError as e:

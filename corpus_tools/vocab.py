@@ -43,7 +43,7 @@ class VocabConfig:
 
     inputs: list[str] = C.field(
         [str(SAMPLE_DATA / "reviews.jsonl.gz"), str(SAMPLE_DATA / "petitions.jsonl.gz")],
-        "text files, folders or globs: .txt (blank line between documents), .jsonl, optionally .gz",
+        "text files, folders or globs: .txt (blank line between documents), .jsonl, optionally .gz; .parquet (--text-field columns)",
     )
     out: str = C.field("runs/vocab", "output folder (a tokenizer folder with manifest.json)")
     vocab_size: int = C.field(32000, "vocabulary size, special/unused/byte tokens included")
@@ -54,7 +54,7 @@ class VocabConfig:
         2_000_000, "sentences SentencePiece trains on. Documents are sampled first (seeded, whole documents, about 1.25x this "
         "many sentences by punctuation), so Kiwi analyzes only the sample; beyond this many, a seeded sample of its sentences",
     )
-    text_field: list[str] = C.field(["title", "text"], "JSON Lines field(s) holding the text (joined by a newline)")
+    text_field: list[str] = C.field(["title", "text"], "JSON Lines field(s) or Parquet column(s) holding the text (joined by a newline)")
     one_doc_per_line: bool = C.field(False, "plain text: every line is a document (default: blank-line separated)")
     seed: int = C.field(0, "seed for the sentence sample")
     threads: int = C.field(0, "Kiwi and SentencePiece threads (0 = all cores)")

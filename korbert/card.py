@@ -2,7 +2,7 @@
 
 `korbert pretrain` writes it at export from final/manifest.json alone; `korbert run` writes it again
 after its evaluations, adding the results table (the model, its comparison rows, TF-IDF) and a
-`model-index` block with the NSMC-R and KorQuAD metrics. Every figure comes from the manifest or
+`model-index` block with the NSMC and KorQuAD metrics (each dataset named with its protocol). Every figure comes from the manifest or
 the results: nothing is typed by hand. README.md is not in the manifest's file list (the card is
 rewritten after the manifest is final).
 """
@@ -153,7 +153,7 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
         lines += ["", "## Evaluation", "", *render_table(table), ""]
         lines += notes or []
         if ours is not None:
-            lines += ["", f"This model: NSMC-R accuracy {pct(ours.get('nsmc_accuracy'))}, KorQuAD EM {pct(ours.get('korquad_em'))} / "
+            lines += ["", f"This model: {(datasets or {}).get('nsmc', 'NSMC')} accuracy {pct(ours.get('nsmc_accuracy'))}, KorQuAD EM {pct(ours.get('korquad_em'))} / "
                       f"F1 {pct(ours.get('korquad_f1'))}."]
     return "\n".join(lines).rstrip("\n") + "\n"
 

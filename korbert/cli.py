@@ -5,6 +5,7 @@
     korbert shards    raw text -> BERT pretraining instances (NSP pairs + MLM) in checksummed shards
     korbert pretrain  shards -> BERT (MLM + NSP) with checkpoints/resume -> an exported final/ folder
     korbert eval      fine-tune and score a model: `korbert eval nsmc|korquad|baseline ...`
+    korbert data      the evaluation sets and corpora from their public sources: `korbert data get all`, verified, resumable
     korbert run       the whole recipe: corpus -> vocab -> shards -> pretrain -> NSMC + KorQuAD -> report
     korbert fill-mask top-k completions of each [MASK] in a text or a pair
     korbert embed     a file of texts -> sentence (and token/morpheme/eojeol) vectors: .npy + .jsonl index
@@ -43,6 +44,12 @@ def _eval(argv: list[str]) -> None:
     from evals.cli import main
 
     main(argv)
+
+
+def _data(argv: list[str]) -> None:
+    from korbert.data_get import cli
+
+    cli(argv)
 
 
 def _run(argv: list[str]) -> None:
@@ -104,7 +111,7 @@ def _serve(argv: list[str]) -> None:
 
 COMMANDS = {
     "vocab": _vocab, "tokenize": _tokenize, "shards": _shards,
-    "pretrain": _pretrain, "eval": _eval, "run": _run,
+    "pretrain": _pretrain, "eval": _eval, "data": _data, "run": _run,
     "fill-mask": _fill_mask, "embed": _embed, "attention": _attention, "serve": _serve,
 }
 

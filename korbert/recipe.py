@@ -1,7 +1,7 @@
 """`korbert run`: raw corpus -> vocabulary -> shards -> pretraining -> NSMC + KorQuAD -> report.
 
     korbert run --preset demo                    # the embedded sample, <= 10 min on 2 CPU cores
-    korbert run --preset cpu                     # the shared corpus + full NSMC-R / KorQuAD split, CPU
+    korbert run --preset cpu --data DIR          # a data folder (`korbert data get all --out DIR`), CPU
     torchrun --nproc_per_node 8 -m korbert.recipe --preset gpu-base
 
 Each stage writes its folder under --out and is skipped when that folder already holds the same
@@ -36,7 +36,6 @@ from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_json, read_manifest
 from corpus_tools.text import InputError
 
-SHARED = Path(os.environ.get("KORBERT_SHARED_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
 STAGES = ("vocab", "shards", "shards_long", "pretrain", "nsmc", "korquad", "baseline")
 
 _sample = {
@@ -44,10 +43,13 @@ _sample = {
     "nsmc_train": str(SAMPLE_DATA / "nsmc_train.txt"), "nsmc_test": str(SAMPLE_DATA / "nsmc_test.txt"),
     "korquad_dev": str(SAMPLE_DATA / "korquad_dev.json"),
 }
-_shared = {
-    "corpus": [str(SHARED / "corpus" / "reviews.jsonl.gz"), str(SHARED / "corpus" / "petitions.jsonl.gz")],
-    "nsmc_train": str(SHARED / "nsmc" / "ratings_train.txt"), "nsmc_test": str(SHARED / "nsmc" / "ratings_test.txt"),
-    "korquad_dev": str(SHARED / "korquad" / "KorQuAD_v1.0_dev.json"),
+# paths in the data folder (--data, $KORBERT_DATA; `korbert data get all` fills one): korbert/data_get.py
+_data = {
+    "data_folder": True,
+    "corpus": ["corpus/reviews.jsonl.gz", "corpus/petitions.jsonl.gz"],
+    "nsmc_train": "nsmc/ratings_train.txt", "nsmc_test": "nsmc/ratings_test.txt",
+    "korquad_dev": "korquad/KorQuAD_v1.0_dev.json",
+    "korquad_train": "korquad/KorQuAD_v1.0_train.json",  # when present: the official protocol
 }
 
 # preset -> data + per-stage settings (fields of VocabConfig, ShardsConfig, PretrainConfig, NsmcConfig, ...)
@@ -69,10 +71,10 @@ PRESETS = {
         "baseline": {},
     },
     "cpu": {
-        **_shared,
-        "corpus": [*_shared["corpus"], str(SHARED / "corpus" / "kowiki.jsonl.gz") + "@8000"],
-        "about": "the shared corpus (652k documents) + the first 8,000 kowiki articles (19.8M characters, KorQuAD's domain); "
-                 "full NSMC-R (150k/50k) and the KorQuAD dev split; 16k vocabulary; BERT-tiny deepened to 4 layers (L4/H128, "
+        **_data,
+        "corpus": [*_data["corpus"], "corpus/kowiki.jsonl.gz@8000"],
+        "about": "the data folder's reviews + petitions + the first 8,000 kowiki articles (KorQuAD's domain); "
+                 "all of its NSMC and KorQuAD (the official protocol with the train file, else the dev split); 16k vocabulary; BERT-tiny deepened to 4 layers (L4/H128, "
                  "sized for the budget: benchmarks/results/recipe-cpu/README.txt), 30 min of CPU pretraining, the last 10% at 512 tokens "
                  "(BERT's recipe: document instances, MLM + NSP, 64 instances per step at lr 1e-3)",
         "vocab": {"vocab_size": 16000},
@@ -86,9 +88,9 @@ PRESETS = {
         "baseline": {},
     },
     "gpu-small": {
-        **_shared,
-        "corpus": [*_shared["corpus"], str(SHARED / "corpus" / "kowiki.jsonl.gz")],
-        "about": "the shared corpus + kowiki (KorQuAD's domain); BERT-small for 1 hour on one H100 (bf16, torch.compile); "
+        **_data,
+        "corpus": [*_data["corpus"], "corpus/kowiki.jsonl.gz"],
+        "about": "the data folder's reviews + petitions + kowiki (KorQuAD's domain); BERT-small for 1 hour on one H100 (bf16, torch.compile); "
                  "lr 5e-4 after a 500-step warmup (chosen among three: docs/results.md)",
         "vocab": {"vocab_size": 32000},
         "shards": {},
@@ -100,9 +102,9 @@ PRESETS = {
         "baseline": {},
     },
     "gpu-base": {
-        **_shared,
-        "corpus": [*_shared["corpus"], str(SHARED / "corpus" / "kowiki.jsonl.gz")],
-        "about": "the shared corpus + kowiki; BERT-base for 4 hours on one H100 (bf16, torch.compile); multi-GPU with torchrun (not yet run)",
+        **_data,
+        "corpus": [*_data["corpus"], "corpus/kowiki.jsonl.gz"],
+        "about": "the data folder's reviews + petitions + kowiki; BERT-base for 4 hours on one H100 (bf16, torch.compile); multi-GPU with torchrun (not yet run)",
         "vocab": {"vocab_size": 32000},
         "shards": {},
         "shards_long": {"max_seq_len": 512},
@@ -119,8 +121,13 @@ PRESETS = {
 class RecipeConfig:
     """One command from raw corpus to a scored Korean BERT (see the module doc for the layout)."""
 
-    preset: str = C.field("demo", "what to run: demo (sample, minutes), cpu (shared data, hours), gpu-small, gpu-base", choices=list(PRESETS))
+    preset: str = C.field("demo", "what to run: demo (the embedded sample, minutes), cpu (the data folder, hours), gpu-small, gpu-base", choices=list(PRESETS))
     out: str = C.field("", "run folder (default: runs/<preset>)")
+    data: str = C.field(
+        "", "the data folder the cpu and gpu presets read (default: $KORBERT_DATA, else this checkout's ../shared/data, else "
+        "~/.cache/korbert/data); `korbert data get all --out DIR` fills one. With korquad/KorQuAD_v1.0_train.json in it, "
+        "KorQuAD runs the official protocol",
+    )
     corpus: list[str] = C.field([], "pretraining text: files, folders or globs (.txt/.jsonl[.gz]; default: the preset's)")
     nsmc_train: str = C.field("", "NSMC-format training file (default: the preset's)")
     nsmc_test: str = C.field("", "NSMC-format test file")
@@ -143,6 +150,38 @@ class RecipeConfig:
     force: bool = C.field(False, "redo every stage")
     workers: int = C.field(0, "build the shards on a local Dask cluster of this many worker processes (korbert shards --workers; 0: one process)")
     preprocess_only: bool = C.field(False, "build the vocabulary and the shards, then stop: run this first, then launch the training with torchrun")
+    strict: bool = C.field(False, "refuse a corpus holding evaluation text (NSMC test reviews, text copied from a KorQuAD context) instead of counting it")
+
+
+def data_paths(cfg: RecipeConfig) -> tuple[Path | None, dict]:
+    """The preset's inputs as paths: in the data folder for the presets that read one (None for demo)."""
+    p = PRESETS[cfg.preset]
+    names = ("corpus", "nsmc_train", "nsmc_test", "korquad_dev", "korquad_train")
+    if not p.get("data_folder"):
+        return None, {k: p[k] for k in names if k in p}
+    from korbert.data_get import default_folder
+
+    data = Path(cfg.data) if cfg.data else default_folder()
+    return data, {k: [str(data / x) for x in p[k]] if isinstance(p[k], list) else str(data / p[k]) for k in names if k in p}
+
+
+def refuse_eval_files_in_corpus(corpus: list[str], eval_files: list[str]) -> None:
+    """A corpus input that is, or (a folder or glob) holds, an evaluation file: refused, naming both.
+    By content (sha256), so a copy under another name is caught too; only same-size files are hashed."""
+    from corpus_tools.artifacts import sha256_file
+    from corpus_tools.text import expand_inputs
+
+    evals = {}
+    for e in eval_files:
+        if Path(e).is_file():
+            evals.setdefault(Path(e).stat().st_size, {})[sha256_file(e)] = e
+    for spec in corpus:
+        for f in expand_inputs([spec]):
+            f = Path(str(f))
+            digests = evals.get(f.stat().st_size) if f.is_file() else None
+            if digests and (hit := digests.get(sha256_file(f))):
+                held = "is" if Path(re.sub(r"@\d+$", "", spec)).resolve() == f.resolve() else f"holds {f}, which is"
+                raise InputError(f"--corpus {spec} {held} the evaluation file {hit}: pretraining on evaluation text inflates its scores")
 
 
 def _coerce(cls, name: str, value: str):
@@ -169,13 +208,33 @@ def stage_configs(cfg: RecipeConfig) -> dict:
 
     p = PRESETS[cfg.preset]
     out = Path(cfg.out or f"runs/{cfg.preset}")
-    corpus = cfg.corpus or p["corpus"]
-    nsmc_train, nsmc_test = cfg.nsmc_train or p["nsmc_train"], cfg.nsmc_test or p["nsmc_test"]
-    korquad_dev = cfg.korquad_dev or p["korquad_dev"]
-    for path in [*corpus, nsmc_train, nsmc_test, korquad_dev, *([cfg.korquad_train] if cfg.korquad_train else [])]:
+    data, from_data = data_paths(cfg)
+    corpus = cfg.corpus or from_data["corpus"]
+    nsmc_train, nsmc_test = cfg.nsmc_train or from_data["nsmc_train"], cfg.nsmc_test or from_data["nsmc_test"]
+    korquad_dev = cfg.korquad_dev or from_data["korquad_dev"]
+    korquad_train = cfg.korquad_train
+    if not korquad_train and not cfg.korquad_dev and from_data.get("korquad_train") and Path(from_data["korquad_train"]).is_file():
+        korquad_train = from_data["korquad_train"]  # the official protocol: train on train, score all of dev
+    given = {*cfg.corpus, cfg.nsmc_train, cfg.nsmc_test, cfg.korquad_dev, cfg.korquad_train}
+    lacking = []  # the data folder's missing files: named together, with the one command that brings them
+    for path in [*corpus, nsmc_train, nsmc_test, korquad_dev, *([korquad_train] if korquad_train else [])]:
+        spec = path
         path = re.sub(r"@\d+$", "", path) if not Path(path).exists() else path  # PATH@N: the first N documents
         if not any(ch in path for ch in "*?[") and not Path(path).exists():
+            if spec not in given and data is not None:
+                lacking.append(Path(path).relative_to(data).as_posix())
+                continue
             raise InputError(f"{path}: no such file (preset {cfg.preset!r}; pass your own paths with --corpus/--nsmc-train/...)")
+    if lacking:
+        from korbert.data_get import provider
+
+        names = list(dict.fromkeys(provider(rel) or "all" for rel in lacking))
+        raise InputError(
+            f"{data / lacking[0]}: no such file{f' (nor {len(lacking) - 1} more)' if len(lacking) > 1 else ''}: preset {cfg.preset!r} reads "
+            f"the data folder {data}, and `korbert data get {' '.join(names)} --out {data}` fills it; or pass --data DIR, "
+            "or your own paths with --corpus/--nsmc-train/..."
+        )
+    refuse_eval_files_in_corpus(corpus, [nsmc_train, nsmc_test, korquad_dev, *([korquad_train] if korquad_train else [])])
     from korbert.folders import open_folder
 
     compared = [open_folder(folder, label=f"--compare {folder}") for folder in cfg.compare]  # checked before hours of pretraining
@@ -189,13 +248,15 @@ def stage_configs(cfg: RecipeConfig) -> dict:
         start = open_init_folder(cfg.init_from)  # checked now, not after the shards
     classes = {"vocab": VocabConfig, "shards": ShardsConfig, "shards_long": ShardsConfig, "pretrain": PretrainConfig, "nsmc": NsmcConfig, "korquad": KorquadConfig, "baseline": BaselineConfig}
     final = str(out / "pretrain" / "final")
+    # the shards count the corpus documents that hold the scored evaluation text (--strict: refused)
+    guard = dict(eval_nsmc_test=nsmc_test, eval_korquad=korquad_dev, eval_strict=cfg.strict)
     base = {
         "vocab": dict(inputs=corpus, out=str(out / "vocab"), show=0),
-        "shards": dict(tokenizer=str(out / "vocab"), inputs=corpus, out=str(out / "shards"), show=0, replace=True, workers=cfg.workers),
-        "shards_long": dict(tokenizer=str(out / "vocab"), inputs=corpus, out=str(out / "shards-long"), show=0, replace=True, workers=cfg.workers),
+        "shards": dict(tokenizer=str(out / "vocab"), inputs=corpus, out=str(out / "shards"), show=0, replace=True, workers=cfg.workers, **guard),
+        "shards_long": dict(tokenizer=str(out / "vocab"), inputs=corpus, out=str(out / "shards-long"), show=0, replace=True, workers=cfg.workers, **guard),
         "pretrain": dict(shards=str(out / "shards"), out=str(out / "pretrain"), replace=True),
         "nsmc": dict(model=final, train=nsmc_train, test=nsmc_test, out=str(out / "nsmc" / "model")),
-        "korquad": dict(model=final, dev_file=korquad_dev, train_file=cfg.korquad_train, out=str(out / "korquad" / "model")),
+        "korquad": dict(model=final, dev_file=korquad_dev, train_file=korquad_train, out=str(out / "korquad" / "model")),
         "baseline": dict(train=nsmc_train, test=nsmc_test, out=str(out / "nsmc" / "baseline")),
     }
     overrides: dict[str, dict] = {s: {} for s in STAGES}
@@ -402,7 +463,7 @@ def main(cfg: RecipeConfig) -> dict:
     nsmc, korquad = results["nsmc"], results["korquad"]
     protocol = "dev split by article" if korquad["protocol"]["name"] == "dev-split" else "official protocol, all of dev"
     datasets = {
-        "nsmc": f"NSMC-R ({Path(nsmc['data']['test']['path']).name}: {nsmc['n']['test']:,} test reviews)",
+        "nsmc": f"{report['finetuning']['nsmc']['protocol']} ({Path(nsmc['data']['test']['path']).name}: {nsmc['n']['test']:,} test reviews)",
         "korquad": f"KorQuAD 1.0 ({protocol}: {korquad['n']['scored_questions']:,} scored questions)",
     }
     notes = [f"Fine-tuned and scored by `korbert run --preset {cfg.preset}` (its report: {out / 'report.md'})."]

@@ -9,6 +9,7 @@ from pathlib import Path
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, machine
 from korbert.card import long_steps_text
+from korbert.data_get import NSMC_NAMES, nsmc_protocol
 from korbert.table import pct, render_table, result_row
 
 _SHAPE = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
@@ -106,6 +107,7 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict | None, sm: 
                 "vocab_size": pm["model_config"]["vocab_size"], "tokenizer_from": cfg.init_from,
             }),
             "tokenizer_hash": sm["tokenizer_hash"],
+            "eval_text": sm["counts"].get("eval_text", {}), "eval_text_first_at": sm["counts"].get("eval_text_first_at", {}),
             "train_instances": tr["instances"], "train_tokens": tr["tokens"], "valid_instances": sm["counts"]["valid"]["instances"],
             "isnext_share": tr.get("isnext_share"), "masking": tr.get("masking"),
         },
@@ -124,7 +126,7 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict | None, sm: 
             }} if pm.get("long_corpus") and pm.get("long_steps") else {}),
         },
         "finetuning": {
-            "nsmc": {"n": pr["nsmc"]["n"], "epochs": cfgs["nsmc"].epochs, "lr": cfgs["nsmc"].lr, "examples_per_s": pr["nsmc"]["examples_per_s"], "full_test": pr["nsmc"]["full_test"]},
+            "nsmc": {"protocol": NSMC_NAMES[nsmc_protocol(cfgs["nsmc"].train, cfgs["nsmc"].test)], "n": pr["nsmc"]["n"], "epochs": cfgs["nsmc"].epochs, "lr": cfgs["nsmc"].lr, "examples_per_s": pr["nsmc"]["examples_per_s"], "full_test": pr["nsmc"]["full_test"]},
             "korquad": {"n": pr["korquad"]["n"], "epochs": cfgs["korquad"].epochs, "lr": cfgs["korquad"].lr, "examples_per_s": pr["korquad"]["examples_per_s"], "protocol": pr["korquad"].get("protocol")},
         },
         "table": rows, "plots": plots, "config": {"recipe": C.to_dict(cfg)},
@@ -138,6 +140,18 @@ def _protocol(p) -> str:
     if isinstance(p, dict) and p.get("name") == "dev-split":
         return f"dev split by article: every {p['holdout_every']}th of the dev articles scored, {p['train_articles']} trained on"
     return p.get("name", "") if isinstance(p, dict) else str(p or "")
+
+
+def _eval_text_line(c: dict) -> str:
+    """What of the scored evaluation text the corpus holds (the shards counted it; --strict refuses it)."""
+    if "eval_text" not in c:
+        return ""
+    if not c["eval_text"]:
+        return "Evaluation text in the corpus: none found (NSMC test reviews by letters and digits; 48-character runs of KorQuAD contexts)."
+    names = {"nsmc_test_review": "documents equal to an NSMC test review (letters and digits alone)",
+             "korquad_context": "documents sharing a 48-character run with a KorQuAD context"}
+    found = "; ".join(f"{n:,} {names.get(k, k)} (first: {c['eval_text_first_at'].get(k)})" for k, n in c["eval_text"].items())
+    return f"**Evaluation text in the corpus**: {found}. They were pretrained on; `--strict` refuses such a corpus."
 
 
 def _long_phase_lines(lp: dict | None) -> list[str]:
@@ -176,7 +190,7 @@ def render(r: dict) -> str:
     kq = f["korquad"]
     lines += [
         "",
-        f"NSMC-R: {f['nsmc']['n']['train']:,} training reviews ({f['nsmc']['n']['valid']:,} held out of train for model selection), "
+        f"NSMC ({f['nsmc'].get('protocol', 'NSMC-R')}): {f['nsmc']['n']['train']:,} training reviews ({f['nsmc']['n']['valid']:,} held out of train for model selection), "
         f"{f['nsmc']['n']['test']:,} test reviews{'' if f['nsmc']['full_test'] else ' (a prefix of the test file)'}; "
         f"{f['nsmc']['epochs']} epoch(s), lr {f['nsmc']['lr']}, {f['nsmc']['examples_per_s']} examples/s.",
         f"KorQuAD 1.0 ({_protocol(kq.get('protocol'))}): {kq['n']['train_questions']:,} training questions ({kq['n']['train_windows']:,} windows), "
@@ -208,6 +222,7 @@ def render(r: dict) -> str:
         + (f", the one of {c['tokenizer_from']}" if c.get("tokenizer_from") else "") + ").",
         f"{c['train_instances']:,} training instances ({c['train_tokens']:,} tokens), {c['valid_instances']:,} held out; "
         f"IsNext share {c['isnext_share']}.",
+        _eval_text_line(c),
         "",
         "## Time per stage (seconds; absent = already up to date)",
         "",

@@ -1,5 +1,5 @@
 """The results table that `korbert eval` prints (one row) and the recipe's report holds (a row per
-model): system, where it came from, parameter count, NSMC-R accuracy, KorQuAD EM / F1."""
+model): system, where it came from, parameter count, NSMC accuracy (the report names which NSMC), KorQuAD EM / F1."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _params(n) -> str:
 
 
 def render_table(rows: list[dict]) -> list[str]:
-    lines = ["| system | origin | parameters | NSMC-R accuracy | KorQuAD EM | KorQuAD F1 |", "|---|---|---:|---:|---:|---:|"]
+    lines = ["| system | origin | parameters | NSMC accuracy | KorQuAD EM | KorQuAD F1 |", "|---|---|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(
             f"| {r['system']} | {r.get('origin', '-')} | {_params(r.get('parameters'))} | {pct(r['nsmc_accuracy'])} "

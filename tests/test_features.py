@@ -193,6 +193,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow  # out of CI for the suite's time (run with -m slow)
 def test_race_two_evals_building_the_same_features(model_dir, tmp_path):
     import os
 

@@ -13,7 +13,7 @@ PACKAGES = ("corpus_tools", "korbert", "evals")
 
 # bottom to top; the module names without their package
 LAYERS = [
-    ("text and files", "corpus_tools", {"__init__", "text", "morph", "artifacts", "config", "shard_format", "masking"}),
+    ("text and files", "corpus_tools", {"__init__", "text", "morph", "artifacts", "config", "shard_format", "masking", "guard"}),
     ("the tokenizer", "korbert", {"__init__", "tokenizer", "segmenter", "word_cache", "hub", "foreign", "folders"}),
     ("corpus stages", "corpus_tools", {"vocab", "shards_config", "shards", "pieces", "shard_task", "pairs", "engine", "make_sample"}),
     ("model and pretraining", "korbert", {
@@ -23,7 +23,7 @@ LAYERS = [
     ("evaluations", "evals", {
         "__init__", "data", "features", "finetune", "nsmc", "korquad", "korquad_metric", "baseline", "make_bert_folder", "cli",
     }),
-    ("the recipe and using a model", "korbert", {"recipe", "report", "cli", "use", "embed", "attention", "serve"}),
+    ("the recipe and using a model", "korbert", {"recipe", "report", "cli", "use", "embed", "attention", "serve", "data_get", "download"}),
 ]
 
 

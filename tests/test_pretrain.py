@@ -425,6 +425,7 @@ def test_training_step_never_reads_the_device(shards_dir, tmp_path):
     assert tr.step_no == 4 and reads == [], reads
 
 
+@pytest.mark.slow  # out of CI for the suite's time (run with -m slow)
 def test_compile_matches_eager_with_few_graphs(shards_dir, tmp_path):
     """--compile on CPU: 50 steps of batches of varied lengths give eager's losses (the same
     batches, padded to a bucket length) and compile a bounded number of graphs (lengths come in

@@ -38,8 +38,20 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
     assert any(k.startswith("TF-IDF") for k in rows)
     report = json.loads((out / "report.json").read_text())
     assert report["pretraining"]["steps"] == 8 and report["corpus"]["vocab_size"] == 3000
+    # the NSMC files are named by content: the sample's train with a copied test is still the sample's pair
+    assert report["finetuning"]["nsmc"]["protocol"] == "NSMC-R sample (the embedded demo files)"
     md = (out / "report.md").read_text()
-    assert "| system | origin | parameters | NSMC-R accuracy | KorQuAD EM | KorQuAD F1 |" in md and "control" in md
+    assert "| system | origin | parameters | NSMC accuracy | KorQuAD EM | KorQuAD F1 |" in md and "control" in md
+    # the corpus documents equal to a scored test review (the sample crawl holds short generic ones): counted, reported
+    from collections import Counter
+
+    from conftest import sample_texts
+    from corpus_tools.guard import EvalText
+
+    guard = EvalText(nsmc_test=[nsmc_test], korquad=[SAMPLE / "korquad_dev.json"])
+    found = Counter(filter(None, map(guard.check, sample_texts(3000) + sample_texts(40, "petitions"))))
+    assert found and report["corpus"]["eval_text"] == dict(found)
+    assert f"**Evaluation text in the corpus**: {found['nsmc_test_review']:,} documents equal to an NSMC test review" in md
     assert f"Corpus given with --corpus, instead of the preset's: `{corpus_file}`" in md  # the preset's description is not the run's
     for plot in report["plots"]:
         assert (out / plot).stat().st_size > 1000
@@ -54,7 +66,9 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
     korquad = json.loads((out / "korquad" / "model" / "results.json").read_text())["metrics"]
     scores = {m["type"]: m["value"] for res in meta["model-index"][0]["results"] for m in res["metrics"]}
     assert scores == {"accuracy": round(100 * nsmc["accuracy"], 2), "exact_match": round(korquad["exact_match"], 2), "f1": round(korquad["f1"], 2)}
-    assert "| system | origin | parameters | NSMC-R accuracy | KorQuAD EM | KorQuAD F1 |" in body and "control" in body
+    assert "| system | origin | parameters | NSMC accuracy | KorQuAD EM | KorQuAD F1 |" in body and "control" in body
+    names = {res["dataset"]["type"]: res["dataset"]["name"] for res in meta["model-index"][0]["results"]}
+    assert names["nsmc"].startswith("NSMC-R sample") and names["korquad"].startswith("KorQuAD 1.0 (dev split by article")
     assert f"{report['pretraining']['steps']:,} optimizer steps" in body and corpus_file.name in body
 
     capsys.readouterr()
@@ -171,8 +185,10 @@ def test_presets_wire_the_long_phase_and_windows_within_the_trained_length(tmp_p
     turns the long phase on anywhere."""
     from korbert.recipe import stage_configs
 
+    data = sample_data_folder(tmp_path / "data")  # no ../shared needed: a data folder from the embedded sample
+
     def stages(preset, *sets):
-        return stage_configs(RecipeConfig(preset=preset, out=str(tmp_path / preset), set=list(sets)))["cfgs"]
+        return stage_configs(RecipeConfig(preset=preset, out=str(tmp_path / preset), data=str(data), set=list(sets)))["cfgs"]
 
     for preset in ("gpu-small", "gpu-base", "cpu"):
         gpu = stages(preset)
@@ -307,3 +323,71 @@ def test_model_card_names_a_corpus_slice_and_a_license():
     text = card_text(m, m["license"])
     assert "| kowiki.jsonl.gz (its first 3,000 documents) | 10 |" in text and "\nlicense: apache-2.0\n" in text
     assert "5 optimizer steps, 1,000 training tokens, 1.0 min" in text and "model-index" not in text
+
+
+def sample_data_folder(folder):
+    """A data folder with `korbert data get all`'s layout, from the embedded sample (kowiki: the petitions)."""
+    import shutil
+
+    from corpus_tools import SAMPLE_DATA
+
+    for src, rel in [("reviews.jsonl.gz", "corpus/reviews.jsonl.gz"), ("petitions.jsonl.gz", "corpus/petitions.jsonl.gz"),
+                     ("petitions.jsonl.gz", "corpus/kowiki.jsonl.gz"), ("nsmc_train.txt", "nsmc/ratings_train.txt"),
+                     ("nsmc_test.txt", "nsmc/ratings_test.txt"), ("korquad_dev.json", "korquad/KorQuAD_v1.0_dev.json")]:
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SAMPLE_DATA / src, folder / rel)
+    return folder
+
+
+def test_presets_read_the_data_folder_and_name_the_command_that_fills_it(tmp_path, monkeypatch):
+    """--data DIR (or $KORBERT_DATA) is where the cpu and gpu presets look; a missing file names the
+    `korbert data get` that brings it; KorQuAD's train file there switches on the official protocol."""
+    import pytest
+
+    from corpus_tools.text import InputError
+    from korbert.recipe import stage_configs
+
+    data = sample_data_folder(tmp_path / "data")
+    c = stage_configs(RecipeConfig(preset="cpu", out=str(tmp_path / "run"), data=str(data)))["cfgs"]
+    assert c["nsmc"].train == str(data / "nsmc" / "ratings_train.txt") and c["korquad"].dev_file == str(data / "korquad" / "KorQuAD_v1.0_dev.json")
+    assert c["shards"].inputs[-1] == str(data / "corpus" / "kowiki.jsonl.gz") + "@8000"
+    assert not c["korquad"].train_file  # dev only: the dev-split protocol
+    monkeypatch.setenv("KORBERT_DATA", str(data))
+    assert stage_configs(RecipeConfig(preset="gpu-small", out=str(tmp_path / "run2")))["cfgs"]["nsmc"].test == str(data / "nsmc" / "ratings_test.txt")
+    monkeypatch.delenv("KORBERT_DATA")
+
+    (data / "corpus" / "kowiki.jsonl.gz").unlink()
+    with pytest.raises(InputError, match=r"kowiki.jsonl.gz: no such file.*`korbert data get kowiki --out "):
+        stage_configs(RecipeConfig(preset="cpu", out=str(tmp_path / "run"), data=str(data)))
+    with pytest.raises(InputError, match=r"nor 5 more.*`korbert data get reviews petitions kowiki nsmc korquad --out "):
+        stage_configs(RecipeConfig(preset="gpu-base", out=str(tmp_path / "run"), data=str(tmp_path / "empty")))
+
+    # the official protocol when the train file is there (a tiny SQuAD-format file)
+    sample_data_folder(data)
+    (data / "korquad" / "KorQuAD_v1.0_train.json").write_text(
+        '{"version": "KorQuAD_v1.0_train", "data": [{"title": "t", "paragraphs": [{"context": "서울은 수도이다.", '
+        '"qas": [{"id": "q1", "question": "수도는?", "answers": [{"text": "서울", "answer_start": 0}]}]}]}]}', encoding="utf-8")
+    c = stage_configs(RecipeConfig(preset="cpu", out=str(tmp_path / "run"), data=str(data)))["cfgs"]
+    assert c["korquad"].train_file == str(data / "korquad" / "KorQuAD_v1.0_train.json")
+    assert c["korquad_control"].train_file == c["korquad"].train_file
+
+
+def test_a_corpus_that_is_or_holds_an_eval_file_is_refused(tmp_path):
+    """`--corpus corpus_tools/sample_data/` pretrained on nsmc_test.txt, labels and ids included:
+    refused, naming both; by content, so a renamed copy is caught too."""
+    import shutil
+
+    import pytest
+
+    from corpus_tools import SAMPLE_DATA
+    from corpus_tools.text import InputError
+    from korbert.recipe import stage_configs
+
+    with pytest.raises(InputError, match=r"holds .*sample_data/(nsmc_t(rain|est)\.txt|korquad_dev\.json), which is the evaluation file"):
+        stage_configs(RecipeConfig(preset="demo", out=str(tmp_path / "run"), corpus=[str(SAMPLE_DATA)]))
+    renamed = tmp_path / "my_corpus.txt"
+    shutil.copy(SAMPLE_DATA / "nsmc_test.txt", renamed)
+    with pytest.raises(InputError, match=r"my_corpus.txt is the evaluation file .*nsmc_test.txt"):
+        stage_configs(RecipeConfig(preset="demo", out=str(tmp_path / "run"), corpus=[str(SAMPLE_DATA / "reviews.jsonl.gz"), str(renamed)]))
+    # the sample's own corpus files are not evaluation files
+    stage_configs(RecipeConfig(preset="demo", out=str(tmp_path / "run"), corpus=[str(SAMPLE_DATA / "reviews.jsonl.gz")]))

@@ -111,6 +111,7 @@ def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 60) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow  # out of CI for the suite's time (run with -m slow)
 def test_separately_started_scheduler_and_workers_write_the_same_bytes(vocab_dir, inputs, single, tmp_path):
     from distributed import Client
 

@@ -1,0 +1,508 @@
+"""`korbert data get NAME...`: the evaluation sets and pretraining corpora, from their public sources.
+
+    korbert data get all                      # into the data folder (--out, $KORBERT_DATA, or the default below)
+    korbert data get nsmc korquad --out DIR
+    korbert data get all --mirror /mnt/korbert-data   # an air-gapped cluster: another data folder, or its URL
+    korbert data list                         # what each name is, and what the data folder holds
+
+The data folder's layout is what the presets read:
+
+    nsmc/ratings_train.txt, nsmc/ratings_test.txt        NSMC v1.0 (e9t/nsmc): the official split
+    korquad/KorQuAD_v1.0_train.json, ..._dev.json        KorQuAD 1.0 (korquad.github.io)
+    corpus/reviews.jsonl.gz                              the NSMC crawl (e9t/nsmc raw/) minus the NSMC test reviews
+    corpus/petitions.jsonl.gz                            lovit/petitions_archive
+    corpus/kowiki.jsonl.gz                               Korean Wikipedia (wikimedia/wikipedia, 20231101.ko) minus
+                                                         the KorQuAD dev articles and every article sharing a
+                                                         48-character run with a dev context
+    downloads/                                           what the corpora were derived from (kept: re-runs and mirrors)
+    korbert-data.json                                    the manifest: sources, revisions, bytes, checksums, counts
+
+Integrity. Every download is checked before it takes its final name:
+  * the four evaluation files against the git blob ids the code carries (the id GitHub shows);
+  * the Wikipedia parquet files against the sha256 of their LFS pointers at the pinned Hub commit
+    (the commit id fixes the pointers, and so the sha256);
+  * the GitHub archives of the two crawls at pinned commits: GitHub does not promise byte-stable
+    archives, so the code carries no checksum for them; the first download's sha256 goes into the
+    manifest, and the derived corpus is checked by what it holds (the review count of the crawl).
+A mirror is another data folder (a directory, or an http(s) URL serving one): the same relative
+paths, and its korbert-data.json vouches for the files the code has no checksum for.
+
+A re-run finds verified files and does nothing; an interrupted download resumes (HTTP Range).
+A file in the folder that this command did not write (no record in korbert-data.json) is used
+when it is the pinned file, and otherwise refused and left as it is (--replace replaces it).
+The corpora are written once their inputs verify, atomically, and re-derived only when an input
+changed. Nothing here runs at import: tests serve these files from 127.0.0.1 through `--mirror`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import os
+import re
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from corpus_tools.artifacts import atomic_write_json, sha256_file
+from corpus_tools.text import InputError
+
+MANIFEST = "korbert-data.json"
+HUB = "https://huggingface.co"
+NSMC_COMMIT = "b6232e69290a826104357381560e18adbad23473"  # e9t/nsmc, with raw/ (the crawl)
+PETITIONS_COMMIT = "f032f9e09e97989226ded41391e17e2f13e22330"  # lovit/petitions_archive, through 2019-08
+WIKI_REPO, WIKI_REVISION, WIKI_CONFIG = "wikimedia/wikipedia", "41e6bc09f9122942bcda3499cdbf38a97cb835cc", "20231101.ko"
+WIKI_FILES = [f"{WIKI_CONFIG}/train-{i:05d}-of-00003.parquet" for i in range(3)]
+# the crawl behind NSMC, as counted when this project's NSMC-R was rebuilt from it (../shared/data/README.md)
+CRAWL_REVIEWS = 712_404
+
+
+@dataclass(frozen=True)
+class Remote:
+    rel: str  # its path in the data folder (and on a mirror)
+    url: str
+    git_blob: str | None = None
+    sha256: str | None = None
+    revision: str | None = None
+    hub: tuple[str, str, str] | None = None  # (dataset repo, revision, path): checksum from the Hub at that commit
+
+
+@dataclass
+class Dataset:
+    name: str
+    about: str
+    remotes: list[Remote]
+    outputs: list[str]  # paths in the data folder a preset reads
+    needs: list[str] = field(default_factory=list)  # other datasets its derivation reads
+    derive: Callable | None = None  # derive(folder, remotes' paths) -> counts
+
+
+def _gh(repo: str, path: str, ref: str = "master") -> str:
+    return f"https://raw.githubusercontent.com/{repo}/{ref}/{path}"
+
+
+DATASETS: dict[str, Dataset] = {}
+
+
+def _register(d: Dataset) -> Dataset:
+    DATASETS[d.name] = d
+    return d
+
+
+# --- the evaluation sets: the files themselves, pinned by git blob id -------------------------
+
+_register(Dataset(
+    "nsmc", "NSMC v1.0, the official ratings_train.txt / ratings_test.txt (e9t/nsmc, CC0)",
+    [Remote("nsmc/ratings_train.txt", _gh("e9t/nsmc", "ratings_train.txt"), git_blob="ac0dba272895dc1d0b3dd5f11afbeaeb7abe7876"),
+     Remote("nsmc/ratings_test.txt", _gh("e9t/nsmc", "ratings_test.txt"), git_blob="b6cfcd8cd1557bcd9bf06617b0e429ed73e9a367")],
+    ["nsmc/ratings_train.txt", "nsmc/ratings_test.txt"],
+))
+_register(Dataset(
+    "korquad", "KorQuAD 1.0 train and dev (korquad.github.io, CC BY-ND 2.0 KR)",
+    [Remote("korquad/KorQuAD_v1.0_train.json", "https://korquad.github.io/dataset/KorQuAD_v1.0_train.json",
+            git_blob="82e3c5939e5e61a1c4ae94e42676800e88ec52a6"),
+     Remote("korquad/KorQuAD_v1.0_dev.json", "https://korquad.github.io/dataset/KorQuAD_v1.0_dev.json",
+            git_blob="6849d8c79140447018f5701a0453835c96608a07")],
+    ["korquad/KorQuAD_v1.0_train.json", "korquad/KorQuAD_v1.0_dev.json"],
+))
+
+
+# --- the pretraining corpora: derived, with the evaluation text taken out ---------------------
+
+def _write_jsonl_gz(path: Path, rows) -> None:
+    """Rows as JSON Lines, gzip (mtime 0: the same rows give the same bytes), atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
+        buf = io.BufferedWriter(gz, 1 << 20)
+        for row in rows:
+            buf.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+        buf.flush()
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _tar_members(path: Path, keep: Callable[[str], bool]):
+    """(name, bytes) of the archive's regular files that `keep`, sorted by name (archive order is GitHub's)."""
+    with tarfile.open(path, "r:gz") as tar:
+        members = sorted((m for m in tar.getmembers() if m.isfile() and keep(m.name)), key=lambda m: m.name)
+        for m in members:
+            yield m.name, tar.extractfile(m).read()
+
+
+def _progress(total: int | None, unit: str, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=unit, desc=desc, unit_scale=True, disable=None, file=sys.stderr)
+
+
+def derive_reviews(folder: Path, downloads: dict[str, Path]) -> dict:
+    """The crawl's reviews minus every NSMC test review: by id, and by letters and digits alone."""
+    from corpus_tools.guard import EvalText
+
+    test = folder / "nsmc" / "ratings_test.txt"
+    guard = EvalText(nsmc_test=[test])
+    with open(test, encoding="utf-8") as fh:
+        next(fh)
+        test_ids = {line.split("\t", 1)[0] for line in fh}
+    counts = {"crawl_reviews": 0, "empty": 0, "nsmc_test_id": 0, "nsmc_test_text": 0, "duplicate_id": 0, "documents": 0}
+    seen: set[str] = set()
+
+    def rows():
+        bar = _progress(None, " files", "reviews")
+        for _, data in _tar_members(downloads["crawl"], lambda n: re.search(r"/raw/[^/]+\.json$", n) is not None):
+            bar.update(1)
+            for r in json.loads(data):
+                counts["crawl_reviews"] += 1
+                rid, text = str(r.get("review_id", "")), (r.get("review") or "").strip()
+                if not text:
+                    counts["empty"] += 1
+                elif rid in test_ids:
+                    counts["nsmc_test_id"] += 1
+                elif guard.is_review(text):
+                    counts["nsmc_test_text"] += 1
+                elif rid in seen:
+                    counts["duplicate_id"] += 1
+                else:
+                    seen.add(rid)
+                    counts["documents"] += 1
+                    yield {"id": f"review-{rid}", "text": text}
+        bar.close()
+
+    _write_jsonl_gz(folder / "corpus" / "reviews.jsonl.gz", rows())
+    if counts["crawl_reviews"] != CRAWL_REVIEWS:
+        counts["warning"] = f"the crawl held {counts['crawl_reviews']:,} reviews, not the {CRAWL_REVIEWS:,} counted before"
+    return counts
+
+
+def derive_petitions(folder: Path, downloads: dict[str, Path]) -> dict:
+    counts = {"months": 0, "petitions": 0, "empty": 0, "documents": 0}
+
+    def rows():
+        for name, data in _tar_members(downloads["archive"], lambda n: re.search(r"/petitions_\d{4}-\d{2}$", n) is not None):
+            month = name.rsplit("/", 1)[1]
+            counts["months"] += 1
+            for i, line in enumerate(data.decode("utf-8").splitlines()):
+                if not line.strip():
+                    continue
+                p = json.loads(line)
+                counts["petitions"] += 1
+                text = (p.get("content") or "").strip()
+                if not text:
+                    counts["empty"] += 1
+                    continue
+                counts["documents"] += 1
+                yield {"id": f"{month}-{i}", "title": (p.get("title") or "").strip(), "text": text}
+
+    _write_jsonl_gz(folder / "corpus" / "petitions.jsonl.gz", rows())
+    return counts
+
+
+def derive_kowiki(folder: Path, downloads: dict[str, Path]) -> dict:
+    """Wikipedia's articles, one paragraph a line, minus KorQuAD dev's articles and its copied text."""
+    import unicodedata
+
+    import pyarrow.parquet as pq
+
+    from corpus_tools.guard import EvalText
+
+    guard = EvalText(korquad=[folder / "korquad" / "KorQuAD_v1.0_dev.json"])
+    counts = {"articles": 0, "empty": 0, "korquad_title": 0, "korquad_context": 0, "documents": 0}
+    files = [downloads[k] for k in sorted(downloads)]
+    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+    def rows():
+        bar = _progress(total, " articles", "kowiki")
+        for f in files:
+            for batch in pq.ParquetFile(f).iter_batches(columns=["id", "title", "text"], batch_size=2048):
+                for aid, title, text in zip(*(batch.column(c).to_pylist() for c in ("id", "title", "text"))):
+                    bar.update(1)
+                    counts["articles"] += 1
+                    text = "\n".join(line.strip() for line in (text or "").splitlines() if line.strip())
+                    title = unicodedata.normalize("NFC", (title or "").strip())
+                    if not text:
+                        counts["empty"] += 1
+                    elif title in guard.titles:
+                        counts["korquad_title"] += 1
+                    elif guard.shares_context(text):
+                        counts["korquad_context"] += 1
+                    else:
+                        counts["documents"] += 1
+                        yield {"id": aid, "title": title, "text": text}
+        bar.close()
+
+    _write_jsonl_gz(folder / "corpus" / "kowiki.jsonl.gz", rows())
+    return counts
+
+
+_register(Dataset(
+    "reviews", f"the NSMC crawl (e9t/nsmc raw/ at {NSMC_COMMIT[:7]}) minus every NSMC test review",
+    [Remote("downloads/nsmc-crawl.tar.gz", f"https://github.com/e9t/nsmc/archive/{NSMC_COMMIT}.tar.gz", revision=NSMC_COMMIT)],
+    ["corpus/reviews.jsonl.gz"], needs=["nsmc"], derive=derive_reviews,
+))
+_register(Dataset(
+    "petitions", f"lovit/petitions_archive at {PETITIONS_COMMIT[:7]} (every month in it)",
+    [Remote("downloads/petitions-archive.tar.gz", f"https://github.com/lovit/petitions_archive/archive/{PETITIONS_COMMIT}.tar.gz",
+            revision=PETITIONS_COMMIT)],
+    ["corpus/petitions.jsonl.gz"], derive=derive_petitions,
+))
+_register(Dataset(
+    "kowiki", f"Korean Wikipedia as plain text: {WIKI_REPO} {WIKI_CONFIG} at {WIKI_REVISION[:7]}, minus KorQuAD 1.0 dev",
+    [Remote(f"downloads/wikipedia/{f}", f"{HUB}/datasets/{WIKI_REPO}/resolve/{WIKI_REVISION}/{f}", revision=WIKI_REVISION,
+            hub=(WIKI_REPO, WIKI_REVISION, f)) for f in WIKI_FILES],
+    ["corpus/kowiki.jsonl.gz"], needs=["korquad"], derive=derive_kowiki,
+))
+_DOWNLOAD_KEYS = {"reviews": ["crawl"], "petitions": ["archive"], "kowiki": [f"part{i}" for i in range(len(WIKI_FILES))]}
+
+
+# --- the data folder --------------------------------------------------------------------------
+
+def default_folder() -> Path:
+    """$KORBERT_DATA; else this checkout's ../shared/data when there is one (this project's CI);
+    else ~/.cache/korbert/data."""
+    if os.environ.get("KORBERT_DATA"):
+        return Path(os.environ["KORBERT_DATA"])
+    beside = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+    if beside.is_dir():
+        return beside
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "korbert" / "data"
+
+
+def provider(rel: str) -> str | None:
+    """The dataset whose `korbert data get` brings this data-folder path."""
+    for d in DATASETS.values():
+        if rel in d.outputs:
+            return d.name
+    return None
+
+
+def _read_manifest(folder: Path) -> dict:
+    path = folder / MANIFEST
+    if not path.is_file():
+        return {"files": {}, "datasets": {}}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _mirror_manifest(mirror: str | None) -> dict:
+    if not mirror:
+        return {}
+    if re.match(r"https?://", mirror):
+        from korbert.download import DownloadError, http_get_json
+
+        try:
+            return http_get_json(mirror.rstrip("/") + "/" + MANIFEST).get("files", {})
+        except DownloadError:
+            return {}
+    path = Path(mirror.removeprefix("file://")) / MANIFEST
+    return json.loads(path.read_text(encoding="utf-8")).get("files", {}) if path.is_file() else {}
+
+
+def _expected(r: Remote, mirror: str | None, mirrored: dict) -> dict:
+    """The checksums a download must match, and where they come from."""
+    if r.git_blob or r.sha256:
+        return {"git_blob": r.git_blob, "sha256": r.sha256, "pinned_by": "the code"}
+    if mirror:
+        rec = mirrored.get(r.rel)
+        if rec and rec.get("sha256"):
+            return {"sha256": rec["sha256"], "size": rec.get("bytes"), "pinned_by": "the mirror's manifest"}
+        if r.hub:
+            raise InputError(f"{r.rel}: the mirror's {MANIFEST} records no sha256 for it, and without one the file cannot be verified")
+        return {"pinned_by": "nothing (a GitHub archive: its sha256 is recorded on first download)"}
+    if r.hub:
+        from huggingface_hub import HfApi
+
+        repo, rev, path = r.hub
+        try:
+            info = HfApi().get_paths_info(repo, [path], revision=rev, repo_type="dataset")
+        except Exception as e:  # network, auth or a vanished revision: one line, not a traceback
+            raise InputError(f"{HUB}/datasets/{repo} at {rev[:7]}: cannot read {path}'s checksum ({type(e).__name__}: {e})") from None
+        if not info or not getattr(info[0], "lfs", None):
+            raise InputError(f"{HUB}/datasets/{repo} at {rev[:7]}: no LFS file {path}")
+        return {"sha256": info[0].lfs.sha256, "size": info[0].lfs.size, "pinned_by": f"the Hub's LFS pointer at {rev[:7]}"}
+    return {"pinned_by": "nothing (a GitHub archive: its sha256 is recorded on first download)"}
+
+
+def _foreign(folder: Path, rel: str, manifest: dict, expected: dict | None = None) -> None:
+    """A file already at `rel` that this command did not write (its manifest has no record of it),
+    and that is not the pinned file either: refused, never replaced (without --replace)."""
+    path = folder / rel
+    if not path.is_file() or rel in manifest["files"]:
+        return
+    if expected and (expected.get("git_blob") or expected.get("sha256")):
+        from korbert.download import file_digests
+
+        d = file_digests(path)
+        if all(d[k] == expected[k] for k in ("git_blob", "sha256") if expected.get(k)):
+            return  # the pinned file, put there by someone else: used as it is
+    raise InputError(f"{path}: already there, not written by `korbert data get` ({MANIFEST} has no record of it) and not the "
+                     "pinned file: left as it is; pass --replace to replace it, or choose another --out")
+
+
+def get(names: list[str], folder: Path, mirror: str | None = None, progress: bool = True, replace: bool = False) -> dict:
+    """Fetch and verify each dataset (and what it needs), derive the corpora, write the manifest.
+    A file already in the folder that this command did not write is used when it is the pinned
+    file, else refused (`replace`: replaced)."""
+    from korbert.download import DownloadError, fetch, file_digests
+
+    unknown = [n for n in names if n != "all" and n not in DATASETS]
+    if unknown:
+        raise InputError(f"unknown dataset {unknown[0]!r}: choose among {', '.join(DATASETS)} or all")
+    want: list[str] = []
+
+    def add(n: str) -> None:
+        for dep in DATASETS[n].needs:
+            add(dep)
+        if n not in want:
+            want.append(n)
+
+    for n in (list(DATASETS) if "all" in names else names):
+        add(n)
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = _read_manifest(folder)
+    mirrored = _mirror_manifest(mirror)
+    for n in want:
+        d = DATASETS[n]
+        paths: dict[str, Path] = {}
+        for i, r in enumerate(d.remotes):
+            dest = folder / r.rel
+            known = manifest["files"].get(r.rel, {})
+            exp = _expected_cached(r, known, dest, mirror, mirrored)
+            if not replace:
+                _foreign(folder, r.rel, manifest, exp)
+            print(f"{n}: {r.rel}", file=sys.stderr)
+            try:
+                got = fetch(r.url, dest, git_blob=exp.get("git_blob"), sha256=exp.get("sha256"), size=exp.get("size"),
+                            mirror=mirror, rel=r.rel, progress=progress)
+            except DownloadError as e:
+                raise InputError(str(e)) from None
+            manifest["files"][r.rel] = {
+                "url": r.url, "revision": r.revision, "bytes": got["bytes"], "sha256": got["sha256"], "git_blob": got["git_blob"],
+                "pinned_by": exp["pinned_by"], **({"fetched_from": got["url"]} if got.get("downloaded") else
+                                                  {"fetched_from": known.get("fetched_from", got.get("url"))}),
+            }
+            atomic_write_json(folder / MANIFEST, manifest)
+            keys = _DOWNLOAD_KEYS.get(n)
+            paths[keys[i] if keys else r.rel] = dest
+        if d.derive:
+            inputs = {rel: manifest["files"][rel]["sha256"] for r in d.remotes for rel in [r.rel]}
+            inputs.update({rel: manifest["files"][rel]["sha256"] for dep in d.needs for rel in DATASETS[dep].outputs})
+            old = manifest["datasets"].get(n, {})
+            fresh = old.get("inputs") == inputs and all(
+                (folder / rel).is_file() and sha256_file(folder / rel) == old.get("outputs", {}).get(rel) for rel in d.outputs)
+            if fresh:
+                print(f"{n}: up to date ({', '.join(d.outputs)})", file=sys.stderr)
+                continue
+            if not replace:
+                for rel in d.outputs:
+                    _foreign(folder, rel, manifest)
+            t0 = time.time()
+            counts = d.derive(folder, paths)
+            manifest["datasets"][n] = {
+                "about": d.about, "inputs": inputs, "counts": counts, "seconds": round(time.time() - t0, 1),
+                "outputs": {rel: sha256_file(folder / rel) for rel in d.outputs},
+            }
+            for rel in d.outputs:
+                manifest["files"][rel] = {**file_digests(folder / rel), "derived_from": sorted(inputs), "pinned_by": "derived here"}
+            atomic_write_json(folder / MANIFEST, manifest)
+            print(f"{n}: {json.dumps(counts, ensure_ascii=False)}", file=sys.stderr)
+        else:
+            manifest["datasets"][n] = {"about": d.about, "outputs": {rel: manifest["files"][rel]["sha256"] for rel in d.outputs}}
+            atomic_write_json(folder / MANIFEST, manifest)
+    return manifest
+
+
+def _expected_cached(r: Remote, known: dict, dest: Path, mirror: str | None, mirrored: dict) -> dict:
+    """A file fetched before and still on disk is held to what was recorded for it: no network to
+    re-check it (the Hub's checksum was read when it was fetched)."""
+    if not (r.git_blob or r.sha256) and known.get("sha256") and dest.is_file():
+        return {"sha256": known["sha256"], "size": known.get("bytes"), "pinned_by": known.get("pinned_by", "the manifest")}
+    return _expected(r, mirror, mirrored)
+
+
+# --- which protocol an NSMC pair is ------------------------------------------------------------
+
+# NSMC-R: this project's rebuild from the same crawl (../shared/data/README.md), by sha256
+_NSMC_R = {"1d3c17274efdd33a9b9e0acadfbae8faa7e15e04e54c2cf0bc3d08cd1013b4d7", "09ce3c72d9c12c8702969cbb113eb64352fc26a991a4d099c2a07f1d9e4f717e"}
+
+
+def nsmc_protocol(train: str | Path, test: str | Path) -> str:
+    """"official" (NSMC v1.0's own split), "NSMC-R" (the rebuild), "NSMC-R sample" (the embedded
+    demo files) or "custom", by content."""
+    from corpus_tools import SAMPLE_DATA
+    from korbert.download import git_blob_id
+
+    if {git_blob_id(train), git_blob_id(test)} == {r.git_blob for r in DATASETS["nsmc"].remotes}:
+        return "official"
+    pair = {sha256_file(train), sha256_file(test)}
+    if pair == _NSMC_R:
+        return "NSMC-R"
+    if pair == {sha256_file(SAMPLE_DATA / "nsmc_train.txt"), sha256_file(SAMPLE_DATA / "nsmc_test.txt")}:
+        return "NSMC-R sample"
+    return "custom"
+
+
+NSMC_NAMES = {
+    "official": "NSMC v1.0, official split", "NSMC-R": "NSMC-R (rebuilt from the crawl; not the official split)",
+    "NSMC-R sample": "NSMC-R sample (the embedded demo files)", "custom": "NSMC-format files (not the official split)",
+}
+
+
+# --- the command ------------------------------------------------------------------------------
+
+def _list(folder: Path) -> None:
+    manifest = _read_manifest(folder)
+    print(f"data folder: {folder}")
+    from korbert.download import git_blob_id
+
+    def state(d: Dataset) -> str:
+        there = [(folder / rel).is_file() for rel in d.outputs]
+        if not any(there):
+            return "missing"
+        if not all(there):
+            return "partial"
+        pinned = [r for r in d.remotes if r.git_blob and r.rel in d.outputs]
+        if any(git_blob_id(folder / r.rel) != r.git_blob for r in pinned):
+            return "other"  # e.g. NSMC-R where the official NSMC would be: not these sources
+        return "present"
+
+    for d in DATASETS.values():
+        print(f"  {d.name:<10} {state(d):<8} {d.about}")
+        for r in d.remotes:
+            pin = f"git blob {r.git_blob}" if r.git_blob else (f"revision {r.revision}" if r.revision else "")
+            print(f"  {'':<19} {r.url}  ({pin})")
+        if d.name in manifest["datasets"] and manifest["datasets"][d.name].get("counts"):
+            print(f"  {'':<19} {json.dumps(manifest['datasets'][d.name]['counts'], ensure_ascii=False)}")
+
+
+def cli(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="korbert data", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="what", required=True)
+    g = sub.add_parser("get", help="download, verify and derive datasets into the data folder")
+    g.add_argument("names", nargs="+", metavar="NAME", help=f"{', '.join(DATASETS)} or all (a corpus brings the evaluation set it is filtered by)")
+    g.add_argument("--out", type=Path, default=None, help="the data folder (default: $KORBERT_DATA, else this checkout's ../shared/data, else ~/.cache/korbert/data)")
+    g.add_argument("--mirror", default=None, help="fetch from this data folder (a directory or an http(s) URL) instead of the origins")
+    g.add_argument("--quiet", action="store_true", help="no progress bars")
+    g.add_argument("--replace", action="store_true", help="replace files in the data folder that this command did not write "
+                   "(by default they are refused, unless they are the pinned files)")
+    ls = sub.add_parser("list", help="the datasets, their pinned sources, and what the data folder holds (present, partial, "
+                        "missing, or other: files that are not these pinned ones)")
+    ls.add_argument("--out", type=Path, default=None, help="the data folder")
+    a = ap.parse_args(argv)
+    folder = a.out or default_folder()
+    if a.what == "list":
+        _list(folder)
+        return
+    get(a.names, folder, mirror=a.mirror, progress=not a.quiet, replace=a.replace)
+    print(f"data folder: {folder} (korbert run --data {folder} ...)")
+
+
+if __name__ == "__main__":
+    from corpus_tools.config import run_command
+
+    sys.exit(run_command("data", cli, sys.argv[1:]))

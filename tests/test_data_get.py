@@ -1,0 +1,219 @@
+"""`korbert data get` end to end against a mirror the test builds: a directory, then the same folder
+served over HTTP on 127.0.0.1. The pins are swapped for the test files' own (the real ones name files
+this machine cannot fetch); everything else (fetch, verify, derive, manifest, re-run) is the real code."""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import io
+import json
+import tarfile
+import threading
+from dataclasses import replace
+from functools import partial
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from corpus_tools.text import InputError
+from korbert import data_get
+from korbert.download import file_digests
+
+DEV = {"version": "KorQuAD_v1.0_dev", "data": [{"title": "대한민국의 수도", "paragraphs": [{
+    "context": "서울특별시는 대한민국의 수도이자 최대 도시로, 한강을 사이에 두고 강북과 강남으로 나뉜다. 조선 시대부터 수도였다.",
+    "qas": [{"id": "d1", "question": "대한민국의 수도는?", "answers": [{"text": "서울특별시", "answer_start": 0}]}]}]}]}
+TRAIN = {"version": "KorQuAD_v1.0_train", "data": [{"title": "부산", "paragraphs": [{
+    "context": "부산광역시는 대한민국 남동부의 항구 도시이다.",
+    "qas": [{"id": "t1", "question": "부산은 어떤 도시인가?", "answers": [{"text": "항구 도시", "answer_start": 19}]}]}]}]}
+NSMC_TEST = "id\tdocument\tlabel\n101\t정말 재미있는 영화였어요 강력 추천합니다\t1\n102\t시간 낭비였다\t0\n"
+NSMC_TRAIN = "id\tdocument\tlabel\n201\t최고의 영화\t1\n202\t별로였다\t0\n"
+CRAWL = {  # movie -> reviews; 101 is an NSMC test id, 9 copies test review 101 with other spacing and punctuation
+    "1": [{"review": "연기가 좋았다", "review_id": "1", "rating": "9", "movie_id": "1"},
+          {"review": "정말 재미있는 영화였어요 강력 추천합니다", "review_id": "101", "rating": "10", "movie_id": "1"},
+          {"review": "정말 재미있는 영화였어요... 강력추천합니다!!", "review_id": "9", "rating": "10", "movie_id": "1"}],
+    "2": [{"review": "  ", "review_id": "5", "rating": "1", "movie_id": "2"},
+          {"review": "음악이 아름답다", "review_id": "7", "rating": "8", "movie_id": "2"}],
+}
+COPIED = "서울특별시는 대한민국의 수도이자 최대 도시로, 한강을 사이에 두고 강북과 강남으로 나뉜다."  # 49 characters of the dev context
+SHORT = "서울특별시는 대한민국의 수도이자 최대 도시로, 한강을"  # a run of fewer than 48
+ARTICLES = [
+    {"id": "1", "url": "u1", "title": "고양이", "text": "고양이는 포유류이다.\n\n집에서 기른다."},
+    {"id": "2", "url": "u2", "title": "대한민국의 수도", "text": "수도에 관한 글."},
+    {"id": "3", "url": "u3", "title": "서울", "text": f"서울 개요.\n{COPIED} 이후 서술."},
+    {"id": "4", "url": "u4", "title": "한강", "text": f"{SHORT} 흐르는 강이다."},
+    {"id": "5", "url": "u5", "title": "빈 문서", "text": ""},
+]
+
+
+def _tar_gz(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.fixture
+def mirror(tmp_path, monkeypatch):
+    """A data folder to mirror from, and the registry pinned to its files."""
+    m = tmp_path / "mirror"
+    files = {
+        "nsmc/ratings_train.txt": NSMC_TRAIN.encode(), "nsmc/ratings_test.txt": NSMC_TEST.encode(),
+        "korquad/KorQuAD_v1.0_train.json": json.dumps(TRAIN, ensure_ascii=False).encode(),
+        "korquad/KorQuAD_v1.0_dev.json": json.dumps(DEV, ensure_ascii=False).encode(),
+        "downloads/nsmc-crawl.tar.gz": _tar_gz({f"nsmc-x/raw/{k}.json": json.dumps(v, ensure_ascii=False).encode() for k, v in CRAWL.items()}),
+        "downloads/petitions-archive.tar.gz": _tar_gz({
+            "petitions_archive-x/petitions_2017-08": (json.dumps({"title": "제목", "content": "청원 내용입니다."}, ensure_ascii=False) + "\n").encode(),
+            "petitions_archive-x/petitions_2017-09": (json.dumps({"title": "빈", "content": ""}, ensure_ascii=False) + "\n"
+                                                      + json.dumps({"title": "둘", "content": "둘째 청원."}, ensure_ascii=False) + "\n").encode(),
+            "petitions_archive-x/README.md": b"not a month",
+        }),
+    }
+    for rel, data in files.items():
+        (m / rel).parent.mkdir(parents=True, exist_ok=True)
+        (m / rel).write_bytes(data)
+    table = pa.Table.from_pylist(ARTICLES)
+    for i, rel in enumerate(r.rel for r in data_get.DATASETS["kowiki"].remotes):  # every article in the first file; the others empty
+        (m / rel).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table if i == 0 else table.slice(0, 0), m / rel, row_group_size=2)
+    # the code's pins, swapped for these files' (the evaluation files by git blob, as the real ones)
+    for name in ("nsmc", "korquad"):
+        d = data_get.DATASETS[name]
+        monkeypatch.setitem(data_get.DATASETS, name, replace(d, remotes=[replace(r, git_blob=file_digests(m / r.rel)["git_blob"]) for r in d.remotes]))
+    monkeypatch.setattr(data_get, "CRAWL_REVIEWS", 5)
+    # what a data folder fetched from the origins records: the mirror's manifest vouches for the Hub files
+    manifest = {"files": {r.rel: file_digests(m / r.rel) for r in data_get.DATASETS["kowiki"].remotes}, "datasets": {}}
+    (m / data_get.MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    return m
+
+
+def _jsonl(path):
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def test_get_all_from_a_directory_mirror_derives_exact_corpora_and_a_rerun_does_nothing(tmp_path, mirror, capsys):
+    out = tmp_path / "data"
+    manifest = data_get.get(["all"], out, mirror=str(mirror), progress=False)
+    assert (out / "nsmc" / "ratings_test.txt").read_text(encoding="utf-8") == NSMC_TEST
+    assert json.loads((out / "korquad" / "KorQuAD_v1.0_train.json").read_text(encoding="utf-8")) == TRAIN
+    # reviews: test id 101 and its near-duplicate 9 out, the blank one out
+    assert _jsonl(out / "corpus" / "reviews.jsonl.gz") == [
+        {"id": "review-1", "text": "연기가 좋았다"}, {"id": "review-7", "text": "음악이 아름답다"}]
+    assert manifest["datasets"]["reviews"]["counts"] == {
+        "crawl_reviews": 5, "empty": 1, "nsmc_test_id": 1, "nsmc_test_text": 1, "duplicate_id": 0, "documents": 2}
+    assert _jsonl(out / "corpus" / "petitions.jsonl.gz") == [
+        {"id": "petitions_2017-08-0", "title": "제목", "text": "청원 내용입니다."}, {"id": "petitions_2017-09-1", "title": "둘", "text": "둘째 청원."}]
+    # kowiki: the dev title and the 48+-character copy out; the shorter shared run and the rest kept, a paragraph a line
+    assert _jsonl(out / "corpus" / "kowiki.jsonl.gz") == [
+        {"id": "1", "title": "고양이", "text": "고양이는 포유류이다.\n집에서 기른다."},
+        {"id": "4", "title": "한강", "text": f"{SHORT} 흐르는 강이다."}]
+    assert manifest["datasets"]["kowiki"]["counts"] == {"articles": 5, "empty": 1, "korquad_title": 1, "korquad_context": 1, "documents": 2}
+    rec = manifest["files"]["nsmc/ratings_train.txt"]
+    assert rec["pinned_by"] == "the code" and rec["bytes"] == len(NSMC_TRAIN.encode()) and len(rec["sha256"]) == 64
+    assert manifest["files"][data_get.DATASETS["kowiki"].remotes[0].rel]["pinned_by"] == "the mirror's manifest"
+    assert json.loads((out / data_get.MANIFEST).read_text(encoding="utf-8")) == manifest
+
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name != data_get.MANIFEST}
+    capsys.readouterr()
+    data_get.get(["all"], out, mirror=str(tmp_path / "nowhere"), progress=False)  # nothing fetched: a mirror that is not there is never read
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name != data_get.MANIFEST} == before
+    assert "reviews: up to date" in capsys.readouterr().err
+
+
+def test_a_changed_input_is_derived_again_and_a_bad_download_is_refused(tmp_path, mirror):
+    out = tmp_path / "data"
+    data_get.get(["reviews"], out, mirror=str(mirror), progress=False)  # brings nsmc, which it is filtered by
+    assert (out / "nsmc" / "ratings_test.txt").is_file() and not (out / "korquad").exists()
+    # a crawl archive that changed on the mirror is not re-fetched (the first download's sha256 holds it)...
+    crawl = out / "downloads" / "nsmc-crawl.tar.gz"
+    crawl.write_bytes(b"truncated")  # ...but a damaged local copy fails that check and is fetched again
+    data_get.get(["reviews"], out, mirror=str(mirror), progress=False)
+    assert crawl.read_bytes() == (mirror / "downloads" / "nsmc-crawl.tar.gz").read_bytes()
+    # the evaluation files are pinned by the code: a mirror serving other bytes is refused, nothing kept
+    (mirror / "korquad" / "KorQuAD_v1.0_dev.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(InputError, match="KorQuAD_v1.0_dev.json"):
+        data_get.get(["korquad"], out, mirror=str(mirror), progress=False)
+    assert not (out / "korquad" / "KorQuAD_v1.0_dev.json").exists()
+    assert not list((out / "korquad").glob("*.part"))
+    with pytest.raises(InputError, match="unknown dataset 'wiki'"):
+        data_get.get(["wiki"], out, mirror=str(mirror), progress=False)
+
+
+def test_files_it_did_not_write_are_used_when_pinned_and_otherwise_left_alone(tmp_path, mirror):
+    """A data folder filled by hand (this project's ../shared/data holds NSMC-R where NSMC would go):
+    the pinned KorQuAD dev file there is used as it is; another NSMC, or a corpus built elsewhere, is
+    refused and left unchanged; --replace replaces them."""
+    import shutil
+
+    out = tmp_path / "data"
+    (out / "korquad").mkdir(parents=True)
+    shutil.copy(mirror / "korquad" / "KorQuAD_v1.0_dev.json", out / "korquad" / "KorQuAD_v1.0_dev.json")
+    (mirror / "korquad" / "KorQuAD_v1.0_dev.json").unlink()  # not fetched: it could not be
+    manifest = data_get.get(["korquad"], out, mirror=str(mirror), progress=False)
+    assert manifest["files"]["korquad/KorQuAD_v1.0_dev.json"]["git_blob"] == data_get.DATASETS["korquad"].remotes[1].git_blob
+
+    other = "id\tdocument\tlabel\n1\t다른 리뷰\t1\n"
+    (out / "nsmc").mkdir()
+    (out / "nsmc" / "ratings_train.txt").write_text(other, encoding="utf-8")
+    with pytest.raises(InputError, match=r"ratings_train.txt: already there, not written by `korbert data get`.*--replace"):
+        data_get.get(["nsmc"], out, mirror=str(mirror), progress=False)
+    assert (out / "nsmc" / "ratings_train.txt").read_text(encoding="utf-8") == other
+    assert not (out / "nsmc" / "ratings_test.txt").exists()
+    (out / "corpus").mkdir()
+    (out / "corpus" / "petitions.jsonl.gz").write_bytes(b"built elsewhere")
+    with pytest.raises(InputError, match=r"petitions.jsonl.gz: already there, not written"):
+        data_get.get(["petitions"], out, mirror=str(mirror), progress=False)
+    assert (out / "corpus" / "petitions.jsonl.gz").read_bytes() == b"built elsewhere"
+
+    data_get.get(["nsmc", "petitions"], out, mirror=str(mirror), progress=False, replace=True)
+    assert (out / "nsmc" / "ratings_train.txt").read_text(encoding="utf-8") == NSMC_TRAIN
+    assert [r["id"] for r in _jsonl(out / "corpus" / "petitions.jsonl.gz")] == ["petitions_2017-08-0", "petitions_2017-09-1"]
+
+
+def test_get_over_http_from_a_mirror_served_on_localhost(tmp_path, mirror):
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(mirror))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        out = tmp_path / "data"
+        manifest = data_get.get(["kowiki", "petitions"], out, mirror=url, progress=False)
+        assert [a["id"] for a in _jsonl(out / "corpus" / "kowiki.jsonl.gz")] == ["1", "4"]
+        assert manifest["files"]["korquad/KorQuAD_v1.0_dev.json"]["fetched_from"].startswith(url)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_nsmc_protocol_is_named_by_content(tmp_path, mirror):
+    from corpus_tools import SAMPLE_DATA
+
+    assert data_get.nsmc_protocol(mirror / "nsmc" / "ratings_train.txt", mirror / "nsmc" / "ratings_test.txt") == "official"  # the pins, swapped
+    assert data_get.nsmc_protocol(SAMPLE_DATA / "nsmc_train.txt", SAMPLE_DATA / "nsmc_test.txt") == "NSMC-R sample"
+    (tmp_path / "t.txt").write_text(NSMC_TRAIN + "203\t하나 더\t1\n", encoding="utf-8")
+    assert data_get.nsmc_protocol(tmp_path / "t.txt", mirror / "nsmc" / "ratings_test.txt") == "custom"
+
+
+def test_the_command_gets_from_a_mirror_and_fails_in_one_line(tmp_path, mirror, capsys):
+    from korbert.cli import main
+
+    assert main(["data", "get", "petitions", "--out", str(tmp_path / "d"), "--mirror", str(mirror), "--quiet"]) == 0
+    assert (tmp_path / "d" / "corpus" / "petitions.jsonl.gz").is_file()
+    assert main(["data", "list", "--out", str(tmp_path / "d")]) == 0
+    listed = capsys.readouterr().out
+    assert "petitions  present" in listed and "nsmc       missing" in listed
+    assert main(["data", "get", "korquad", "--out", str(tmp_path / "d"), "--mirror", str(tmp_path / "absent"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("korbert data: error: mirror ") and "absent" in err[-1]
+    (tmp_path / "empty").mkdir()
+    assert main(["data", "get", "korquad", "--out", str(tmp_path / "d"), "--mirror", str(tmp_path / "empty"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("korbert data: error: ") and "KorQuAD_v1.0_train.json" in err[-1]
