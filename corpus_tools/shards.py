@@ -360,6 +360,7 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
         else f"one mask_batch draw on the instances of every shard's first documents (until {DYNAMIC_STATS_FIRST} instances) "
         f"and of every {DYNAMIC_STATS_EVERY}th document after them"
     )
+    _eval_strict(cfg, counts)  # pieces resumed from a run without eval_strict were never checked
     if counts["train"]["instances"] == 0:
         raise InputError(
             f"no training instances from {', '.join(map(str, cfg.inputs))}: {counts['documents_in']} documents read, "
@@ -388,7 +389,7 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
 
 
 def _eval_strict(cfg: ShardsConfig, counts: dict) -> None:
-    """eval_strict against shards built before it was asked for: their counts decide."""
+    """eval_strict against pieces built before it was asked for (finished or resumed shards): their counts decide."""
     if cfg.eval_strict and counts.get("eval_text"):
         kind, where = next(iter(counts["eval_text_first_at"].items()))
         raise InputError(f"{where}: {kind.replace('_', ' ')} in the corpus (eval_strict; {counts['eval_text']})")

@@ -23,7 +23,8 @@ Integrity. Every download is checked before it takes its final name:
     (the commit id fixes the pointers, and so the sha256);
   * the GitHub archives of the two crawls at pinned commits: GitHub does not promise byte-stable
     archives, so the code carries no checksum for them; the first download's sha256 goes into the
-    manifest, and the derived corpus is checked by what it holds (the review count of the crawl).
+    manifest. The reviews corpus is refused unless the crawl holds the 712,404 reviews counted
+    at that commit; the petitions archive has no such check.
 A mirror is another data folder (a directory, or an http(s) URL serving one): the same relative
 paths, and its korbert-data.json vouches for the files the code has no checksum for.
 
@@ -60,6 +61,7 @@ WIKI_REPO, WIKI_REVISION, WIKI_CONFIG = "wikimedia/wikipedia", "41e6bc09f9122942
 WIKI_FILES = [f"{WIKI_CONFIG}/train-{i:05d}-of-00003.parquet" for i in range(3)]
 # the crawl behind NSMC, as counted when this project's NSMC-R was rebuilt from it (../shared/data/README.md)
 CRAWL_REVIEWS = 712_404
+DERIVATION = 1  # the filtering rules below: a change re-derives every corpus
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ class Dataset:
     derive: Callable | None = None  # derive(folder, remotes' paths) -> counts
 
 
-def _gh(repo: str, path: str, ref: str = "master") -> str:
+def _gh(repo: str, path: str, ref: str) -> str:
     return f"https://raw.githubusercontent.com/{repo}/{ref}/{path}"
 
 
@@ -98,8 +100,10 @@ def _register(d: Dataset) -> Dataset:
 
 _register(Dataset(
     "nsmc", "NSMC v1.0, the official ratings_train.txt / ratings_test.txt (e9t/nsmc, CC0)",
-    [Remote("nsmc/ratings_train.txt", _gh("e9t/nsmc", "ratings_train.txt"), git_blob="ac0dba272895dc1d0b3dd5f11afbeaeb7abe7876"),
-     Remote("nsmc/ratings_test.txt", _gh("e9t/nsmc", "ratings_test.txt"), git_blob="b6cfcd8cd1557bcd9bf06617b0e429ed73e9a367")],
+    [Remote("nsmc/ratings_train.txt", _gh("e9t/nsmc", "ratings_train.txt", NSMC_COMMIT), git_blob="ac0dba272895dc1d0b3dd5f11afbeaeb7abe7876",
+            revision=NSMC_COMMIT),
+     Remote("nsmc/ratings_test.txt", _gh("e9t/nsmc", "ratings_test.txt", NSMC_COMMIT), git_blob="b6cfcd8cd1557bcd9bf06617b0e429ed73e9a367",
+            revision=NSMC_COMMIT)],
     ["nsmc/ratings_train.txt", "nsmc/ratings_test.txt"],
 ))
 _register(Dataset(
@@ -114,8 +118,9 @@ _register(Dataset(
 
 # --- the pretraining corpora: derived, with the evaluation text taken out ---------------------
 
-def _write_jsonl_gz(path: Path, rows) -> None:
-    """Rows as JSON Lines, gzip (mtime 0: the same rows give the same bytes), atomically."""
+def _write_jsonl_gz(path: Path, rows, check: Callable[[], None] | None = None) -> None:
+    """Rows as JSON Lines, gzip (mtime 0: the same rows give the same bytes), atomically; `check()`
+    runs once every row is written, before the file takes its name (it raises to refuse it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
@@ -125,6 +130,12 @@ def _write_jsonl_gz(path: Path, rows) -> None:
         buf.flush()
     with open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
+    try:
+        if check is not None:
+            check()
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
 
 
@@ -175,9 +186,12 @@ def derive_reviews(folder: Path, downloads: dict[str, Path]) -> dict:
                     yield {"id": f"review-{rid}", "text": text}
         bar.close()
 
-    _write_jsonl_gz(folder / "corpus" / "reviews.jsonl.gz", rows())
-    if counts["crawl_reviews"] != CRAWL_REVIEWS:
-        counts["warning"] = f"the crawl held {counts['crawl_reviews']:,} reviews, not the {CRAWL_REVIEWS:,} counted before"
+    def check() -> None:  # the archive has no checksum the code carries: what it holds is checked instead
+        if counts["crawl_reviews"] != CRAWL_REVIEWS:
+            raise InputError(f"{downloads['crawl']}: the crawl holds {counts['crawl_reviews']:,} reviews, not the {CRAWL_REVIEWS:,} "
+                             f"of e9t/nsmc at {NSMC_COMMIT[:7]}; not that archive (delete it and run again)")
+
+    _write_jsonl_gz(folder / "corpus" / "reviews.jsonl.gz", rows(), check)
     return counts
 
 
@@ -188,7 +202,7 @@ def derive_petitions(folder: Path, downloads: dict[str, Path]) -> dict:
         for name, data in _tar_members(downloads["archive"], lambda n: re.search(r"/petitions_\d{4}-\d{2}$", n) is not None):
             month = name.rsplit("/", 1)[1]
             counts["months"] += 1
-            for i, line in enumerate(data.decode("utf-8").splitlines()):
+            for i, line in enumerate(data.decode("utf-8").split("\n")):  # not splitlines(): U+2028 may sit inside a string
                 if not line.strip():
                     continue
                 p = json.loads(line)
@@ -214,7 +228,7 @@ def derive_kowiki(folder: Path, downloads: dict[str, Path]) -> dict:
 
     guard = EvalText(korquad=[folder / "korquad" / "KorQuAD_v1.0_dev.json"])
     counts = {"articles": 0, "empty": 0, "korquad_title": 0, "korquad_context": 0, "documents": 0}
-    files = [downloads[k] for k in sorted(downloads)]
+    files = [downloads[k] for k in sorted(downloads, key=lambda k: int(k.removeprefix("part")))]
     total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
     def rows():
@@ -283,32 +297,45 @@ def provider(rel: str) -> str | None:
 
 
 def _read_manifest(folder: Path) -> dict:
-    path = folder / MANIFEST
-    if not path.is_file():
-        return {"files": {}, "datasets": {}}
-    return json.loads(path.read_text(encoding="utf-8"))
+    return {"files": {}, "datasets": {}, **_read_json(folder / MANIFEST)}
 
 
-def _mirror_manifest(mirror: str | None) -> dict:
-    if not mirror:
-        return {}
-    if re.match(r"https?://", mirror):
-        from korbert.download import DownloadError, http_get_json
+def _mirror_manifest(mirror: str) -> dict:
+    """The files the mirror's korbert-data.json records ({} when it has none); read only when a
+    checksum must come from it."""
+    from korbert.download import DownloadError, http_get_json, local_path
 
+    local = local_path(mirror)
+    if local is None:
+        url = mirror.rstrip("/") + "/" + MANIFEST
         try:
-            return http_get_json(mirror.rstrip("/") + "/" + MANIFEST).get("files", {})
-        except DownloadError:
-            return {}
-    path = Path(mirror.removeprefix("file://")) / MANIFEST
-    return json.loads(path.read_text(encoding="utf-8")).get("files", {}) if path.is_file() else {}
+            return http_get_json(url).get("files", {})
+        except DownloadError as e:
+            if "404" in str(e):
+                return {}
+            raise InputError(f"mirror {mirror}: cannot read its {MANIFEST} ({e})") from None
+    return _read_json(local / MANIFEST).get("files", {})
 
 
-def _expected(r: Remote, mirror: str | None, mirrored: dict) -> dict:
+def _read_json(path: Path) -> dict:
+    """A manifest ({} when absent); an unreadable one is one line naming it."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: not a readable {MANIFEST} ({type(e).__name__}: {e}); move it away to start the folder afresh") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a {MANIFEST} (a JSON object is expected)")
+    return data
+
+
+def _expected(r: Remote, mirror: str | None, mirrored: Callable[[], dict]) -> dict:
     """The checksums a download must match, and where they come from."""
     if r.git_blob or r.sha256:
         return {"git_blob": r.git_blob, "sha256": r.sha256, "pinned_by": "the code"}
     if mirror:
-        rec = mirrored.get(r.rel)
+        rec = mirrored().get(r.rel)
         if rec and rec.get("sha256"):
             return {"sha256": rec["sha256"], "size": rec.get("bytes"), "pinned_by": "the mirror's manifest"}
         if r.hub:
@@ -321,7 +348,8 @@ def _expected(r: Remote, mirror: str | None, mirrored: dict) -> dict:
         try:
             info = HfApi().get_paths_info(repo, [path], revision=rev, repo_type="dataset")
         except Exception as e:  # network, auth or a vanished revision: one line, not a traceback
-            raise InputError(f"{HUB}/datasets/{repo} at {rev[:7]}: cannot read {path}'s checksum ({type(e).__name__}: {e})") from None
+            raise InputError(f"{HUB}/datasets/{repo} at {rev[:7]}: cannot read {path}'s checksum ({type(e).__name__}: "
+                             f"{' '.join(str(e).split())})") from None
         if not info or not getattr(info[0], "lfs", None):
             raise InputError(f"{HUB}/datasets/{repo} at {rev[:7]}: no LFS file {path}")
         return {"sha256": info[0].lfs.sha256, "size": info[0].lfs.size, "pinned_by": f"the Hub's LFS pointer at {rev[:7]}"}
@@ -348,8 +376,6 @@ def get(names: list[str], folder: Path, mirror: str | None = None, progress: boo
     """Fetch and verify each dataset (and what it needs), derive the corpora, write the manifest.
     A file already in the folder that this command did not write is used when it is the pinned
     file, else refused (`replace`: replaced)."""
-    from korbert.download import DownloadError, fetch, file_digests
-
     unknown = [n for n in names if n != "all" and n not in DATASETS]
     if unknown:
         raise InputError(f"unknown dataset {unknown[0]!r}: choose among {', '.join(DATASETS)} or all")
@@ -364,17 +390,57 @@ def get(names: list[str], folder: Path, mirror: str | None = None, progress: boo
     for n in (list(DATASETS) if "all" in names else names):
         add(n)
     folder.mkdir(parents=True, exist_ok=True)
+    with _locked(folder):
+        return _get(want, folder, mirror, progress, replace)
+
+
+def _locked(folder: Path):
+    """One `korbert data get` at a time per data folder (a shared filesystem: the manifest is read,
+    changed and written back)."""
+    import contextlib
+    import fcntl
+
+    @contextlib.contextmanager
+    def held():
+        with open(folder / ".korbert-data.lock", "a+") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"{folder}: another `korbert data get` is filling this folder; waiting for it", file=sys.stderr)
+                fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    return held()
+
+
+def _get(want: list[str], folder: Path, mirror: str | None, progress: bool, replace: bool) -> dict:
+    from korbert.download import DownloadError, fetch, file_digests
+
     manifest = _read_manifest(folder)
-    mirrored = _mirror_manifest(mirror)
+    cache: dict = {}
+
+    def mirrored() -> dict:
+        if "files" not in cache:
+            cache["files"] = _mirror_manifest(mirror)
+        return cache["files"]
+
     for n in want:
         d = DATASETS[n]
         paths: dict[str, Path] = {}
         for i, r in enumerate(d.remotes):
             dest = folder / r.rel
             known = manifest["files"].get(r.rel, {})
+            if known and (known.get("url"), known.get("revision")) != (r.url, r.revision) and dest.is_file():
+                dest.unlink()  # fetched under an earlier pin: another file now
+                known = {}
             exp = _expected_cached(r, known, dest, mirror, mirrored)
             if not replace:
                 _foreign(folder, r.rel, manifest, exp)
+            elif r.rel not in manifest["files"] and dest.is_file() and not (exp.get("git_blob") or exp.get("sha256")):
+                dest.unlink()  # --replace: a file this command did not write, with nothing to verify it by
             print(f"{n}: {r.rel}", file=sys.stderr)
             try:
                 got = fetch(r.url, dest, git_blob=exp.get("git_blob"), sha256=exp.get("sha256"), size=exp.get("size"),
@@ -390,7 +456,7 @@ def get(names: list[str], folder: Path, mirror: str | None = None, progress: boo
             keys = _DOWNLOAD_KEYS.get(n)
             paths[keys[i] if keys else r.rel] = dest
         if d.derive:
-            inputs = {rel: manifest["files"][rel]["sha256"] for r in d.remotes for rel in [r.rel]}
+            inputs = {"derivation": DERIVATION, **{r.rel: manifest["files"][r.rel]["sha256"] for r in d.remotes}}
             inputs.update({rel: manifest["files"][rel]["sha256"] for dep in d.needs for rel in DATASETS[dep].outputs})
             old = manifest["datasets"].get(n, {})
             fresh = old.get("inputs") == inputs and all(
@@ -402,13 +468,18 @@ def get(names: list[str], folder: Path, mirror: str | None = None, progress: boo
                 for rel in d.outputs:
                     _foreign(folder, rel, manifest)
             t0 = time.time()
-            counts = d.derive(folder, paths)
+            try:
+                counts = d.derive(folder, paths)
+            except (tarfile.TarError, EOFError, OSError, ValueError, KeyError) as e:  # a bad archive or parquet: one line
+                raise InputError(f"{n}: cannot derive {', '.join(d.outputs)} from {', '.join(str(p) for p in paths.values())} "
+                                 f"({type(e).__name__}: {' '.join(str(e).split())})") from None
             manifest["datasets"][n] = {
                 "about": d.about, "inputs": inputs, "counts": counts, "seconds": round(time.time() - t0, 1),
                 "outputs": {rel: sha256_file(folder / rel) for rel in d.outputs},
             }
             for rel in d.outputs:
-                manifest["files"][rel] = {**file_digests(folder / rel), "derived_from": sorted(inputs), "pinned_by": "derived here"}
+                manifest["files"][rel] = {**file_digests(folder / rel), "derived_from": sorted(k for k in inputs if k != "derivation"),
+                                      "pinned_by": "derived here"}
             atomic_write_json(folder / MANIFEST, manifest)
             print(f"{n}: {json.dumps(counts, ensure_ascii=False)}", file=sys.stderr)
         else:
@@ -417,10 +488,12 @@ def get(names: list[str], folder: Path, mirror: str | None = None, progress: boo
     return manifest
 
 
-def _expected_cached(r: Remote, known: dict, dest: Path, mirror: str | None, mirrored: dict) -> dict:
-    """A file fetched before and still on disk is held to what was recorded for it: no network to
-    re-check it (the Hub's checksum was read when it was fetched)."""
-    if not (r.git_blob or r.sha256) and known.get("sha256") and dest.is_file():
+def _expected_cached(r: Remote, known: dict, dest: Path, mirror: str | None, mirrored: Callable[[], dict]) -> dict:
+    """A file fetched before from this same URL and revision, and still on disk, is held to what was
+    recorded for it: no network to re-check it (the Hub's checksum was read when it was fetched).
+    A changed pin is another file: fetched again."""
+    same = known.get("url") == r.url and known.get("revision") == r.revision
+    if not (r.git_blob or r.sha256) and same and known.get("sha256") and dest.is_file():
         return {"sha256": known["sha256"], "size": known.get("bytes"), "pinned_by": known.get("pinned_by", "the manifest")}
     return _expected(r, mirror, mirrored)
 
@@ -428,7 +501,7 @@ def _expected_cached(r: Remote, known: dict, dest: Path, mirror: str | None, mir
 # --- which protocol an NSMC pair is ------------------------------------------------------------
 
 # NSMC-R: this project's rebuild from the same crawl (../shared/data/README.md), by sha256
-_NSMC_R = {"1d3c17274efdd33a9b9e0acadfbae8faa7e15e04e54c2cf0bc3d08cd1013b4d7", "09ce3c72d9c12c8702969cbb113eb64352fc26a991a4d099c2a07f1d9e4f717e"}
+_NSMC_R = ("1d3c17274efdd33a9b9e0acadfbae8faa7e15e04e54c2cf0bc3d08cd1013b4d7", "09ce3c72d9c12c8702969cbb113eb64352fc26a991a4d099c2a07f1d9e4f717e")  # (train, test)
 
 
 def nsmc_protocol(train: str | Path, test: str | Path) -> str:
@@ -437,12 +510,12 @@ def nsmc_protocol(train: str | Path, test: str | Path) -> str:
     from corpus_tools import SAMPLE_DATA
     from korbert.download import git_blob_id
 
-    if {git_blob_id(train), git_blob_id(test)} == {r.git_blob for r in DATASETS["nsmc"].remotes}:
+    if (git_blob_id(train), git_blob_id(test)) == tuple(r.git_blob for r in DATASETS["nsmc"].remotes):  # (train, test), in order
         return "official"
-    pair = {sha256_file(train), sha256_file(test)}
+    pair = (sha256_file(train), sha256_file(test))
     if pair == _NSMC_R:
         return "NSMC-R"
-    if pair == {sha256_file(SAMPLE_DATA / "nsmc_train.txt"), sha256_file(SAMPLE_DATA / "nsmc_test.txt")}:
+    if pair == (sha256_file(SAMPLE_DATA / "nsmc_train.txt"), sha256_file(SAMPLE_DATA / "nsmc_test.txt")):
         return "NSMC-R sample"
     return "custom"
 

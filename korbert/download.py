@@ -257,7 +257,7 @@ def _copy_local(src: Path, part: Path, bar, what: str) -> None:
             bar.update(len(chunk))
 
 
-def _local_path(location: str) -> Path | None:
+def local_path(location: str) -> Path | None:
     """The folder or file a mirror (or URL) names on this machine, or None for a remote one."""
     if location.startswith("file:"):
         return Path(url2pathname(urlparse(location).path))
@@ -292,10 +292,10 @@ def fetch(
     socket operation (connect, one read), not the whole download: a slow but steady transfer goes on."""
     dest = Path(dest)
     part = dest.with_name(dest.name + ".part")
-    src_url, local = url, _local_path(url) if url.startswith("file:") else None
+    src_url, local = url, local_path(url) if url.startswith("file:") else None
     if mirror is not None:
         rel = rel if rel is not None else unquote(PurePosixPath(urlparse(url).path).name)
-        local = _local_path(mirror)
+        local = local_path(mirror)
         if local is not None and local.is_dir():
             local = local / rel
             src_url = local.resolve().as_uri()
@@ -307,9 +307,11 @@ def fetch(
     if dest.is_file():  # a verified file needs no source: a re-run works with the mirror gone
         d = file_digests(dest)
         if _mismatch(d, size, git_blob, sha256) is None:
+            dest.with_name(dest.name + ".part").unlink(missing_ok=True)
             return {"url": src_url, **d, "downloaded": False}
     if src_url is None:
-        raise DownloadError(f"mirror {mirror}: not a folder nor an http(s):// or file:// URL")
+        raise DownloadError(f"mirror {mirror}: no such folder" if local is not None
+                            else f"mirror {mirror}: not a folder nor an http(s):// or file:// URL")
 
     from tqdm.auto import tqdm
 

@@ -175,6 +175,35 @@ def test_files_it_did_not_write_are_used_when_pinned_and_otherwise_left_alone(tm
     assert [r["id"] for r in _jsonl(out / "corpus" / "petitions.jsonl.gz")] == ["petitions_2017-08-0", "petitions_2017-09-1"]
 
 
+def test_a_changed_pin_is_fetched_again_and_a_crawl_that_is_not_the_pinned_one_is_refused(tmp_path, mirror, monkeypatch):
+    out = tmp_path / "data"
+    data_get.get(["reviews"], out, mirror=str(mirror), progress=False)
+    before = (out / "corpus" / "reviews.jsonl.gz").read_bytes()
+    # a new pin (another commit of the crawl): the old archive is not reused, whatever the manifest recorded
+    crawl = dict(CRAWL, **{"3": [{"review": "새로 추가된 리뷰", "review_id": "11", "rating": "7", "movie_id": "3"}]})
+    (mirror / "downloads" / "nsmc-crawl.tar.gz").write_bytes(
+        _tar_gz({f"nsmc-y/raw/{k}.json": json.dumps(v, ensure_ascii=False).encode() for k, v in crawl.items()}))
+    d = data_get.DATASETS["reviews"]
+    monkeypatch.setitem(data_get.DATASETS, "reviews", replace(d, remotes=[replace(d.remotes[0], url=d.remotes[0].url.replace(
+        data_get.NSMC_COMMIT, "0" * 40), revision="0" * 40)]))
+    # ... and a crawl that does not hold the pinned count is refused; the corpus already there stays
+    with pytest.raises(InputError, match=r"nsmc-crawl.tar.gz: the crawl holds 6 reviews, not the 5"):
+        data_get.get(["reviews"], out, mirror=str(mirror), progress=False)
+    assert (out / "corpus" / "reviews.jsonl.gz").read_bytes() == before and not list((out / "corpus").glob("*.tmp"))
+    monkeypatch.setattr(data_get, "CRAWL_REVIEWS", 6)
+    manifest = data_get.get(["reviews"], out, mirror=str(mirror), progress=False)
+    assert [r["id"] for r in _jsonl(out / "corpus" / "reviews.jsonl.gz")] == ["review-1", "review-7", "review-11"]
+    assert manifest["files"]["downloads/nsmc-crawl.tar.gz"]["revision"] == "0" * 40
+
+    # train and test swapped are not the official split; a damaged manifest is one line naming it
+    nsmc = out / "nsmc"
+    assert data_get.nsmc_protocol(nsmc / "ratings_train.txt", nsmc / "ratings_test.txt") == "official"
+    assert data_get.nsmc_protocol(nsmc / "ratings_test.txt", nsmc / "ratings_train.txt") == "custom"
+    (out / data_get.MANIFEST).write_text("{not json", encoding="utf-8")
+    with pytest.raises(InputError, match=r"korbert-data.json: not a readable korbert-data.json"):
+        data_get.get(["nsmc"], out, mirror=str(mirror), progress=False)
+
+
 def test_get_over_http_from_a_mirror_served_on_localhost(tmp_path, mirror):
     handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(mirror))
     handler.log_message = lambda *a: None

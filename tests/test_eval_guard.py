@@ -115,6 +115,28 @@ def test_shards_count_the_documents_holding_eval_text_and_strict_refuses_them(vo
     assert build(vocab_dir, [corpus], tmp_path / "none")["counts"]["eval_text"] == {}
 
 
+def test_strict_refuses_a_run_resumed_from_pieces_built_without_it(vocab_dir, guard, tmp_path):
+    """A run killed after its last piece, before its manifest, resumed with eval_strict: every
+    piece is resumed, none rebuilt, and their counts are checked all the same; no manifest is written."""
+    corpus, _ = corpus_with_eval_text(tmp_path / "corpus.jsonl", guard)
+    evals = dict(eval_nsmc_test=str(NSMC_TEST), eval_korquad=str(KORQUAD), shard_mb=0.01)
+    pieces = build(vocab_dir, [corpus], tmp_path / "whole", **evals)["counts"]["pieces"]
+    assert pieces > 1
+    finished = []
+
+    def kill_after_last(name):
+        finished.append(name)
+        if len(finished) == pieces:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        shards_main(ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(corpus)], out=str(tmp_path / "s"), valid_fraction=0.1, show=0,
+                                 **evals), on_piece=kill_after_last)
+    with pytest.raises(InputError, match=r"in the corpus \(eval_strict"):
+        build(vocab_dir, [corpus], tmp_path / "s", eval_strict=True, **evals)
+    assert not (tmp_path / "s" / "manifest.json").exists()
+
+
 def test_shards_are_rebuilt_when_the_evaluation_files_change(vocab_dir, guard, tmp_path, capsys):
     corpus, expected = corpus_with_eval_text(tmp_path / "corpus.jsonl", guard)
     nsmc = tmp_path / "nsmc_test.txt"
