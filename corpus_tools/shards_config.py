@@ -15,7 +15,7 @@ class ShardsConfig:
 
     tokenizer: str = C.field(
         "runs/vocab", "tokenizer folder (the output of `korbert vocab`), or a model folder to continue: a korbert final/ or "
-        "any local transformers folder with a fast tokenizer (its own tokens; Kiwi splits the sentences)",
+        "any local transformers folder with a fast tokenizer (its own tokens; Kiwi splits the sentences, punctuation for a plain vocabulary)",
     )
     inputs: list[str] = C.field(
         [str(SAMPLE_DATA / "reviews.jsonl.gz"), str(SAMPLE_DATA / "petitions.jsonl.gz")],

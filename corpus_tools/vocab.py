@@ -1,5 +1,8 @@
 """Stage 1: raw text -> Kiwi morphemes -> a SentencePiece vocabulary -> a tokenizer folder.
 
+(`--kind plain`: no Kiwi, SentencePiece over the NFC text, a standard fast tokenizer: korbert/plain.py;
+`--kind morpheme-attached`: the morphemes with no lone word-start "▁": `attach_markers` below.)
+
     korbert vocab --inputs corpus/*.jsonl.gz --out runs/vocab --vocab-size 32000
 
 SentencePiece is trained on morpheme-segmented text: eojeols stay separated by spaces (so "▁"
@@ -22,7 +25,8 @@ import random
 import re
 import sys
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from corpus_tools import SAMPLE_DATA
@@ -34,18 +38,26 @@ from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_
 DELIM = "\x1f"  # unit separator: a control character, so cleaning guarantees it is not in the text
 FORMAT_VERSION = 1
 SAMPLE_MARGIN = 1.25  # documents are sampled until their estimated sentences are this many times --max-sentences
+ATTACH_VERSION = 2  # how morpheme-attached picks its word-start pieces (attach_markers): a change is another vocabulary
 SAMPLING = "documents-by-key-1"  # how the training sentences are drawn (in the config: a vocabulary drawn otherwise is other work)
 
 
 @dataclass
 class VocabConfig:
-    """Train a morpheme-aware SentencePiece vocabulary and write a tokenizer folder."""
+    """Train a SentencePiece vocabulary (morpheme-aware by default) and write a tokenizer folder."""
 
     inputs: list[str] = C.field(
         [str(SAMPLE_DATA / "reviews.jsonl.gz"), str(SAMPLE_DATA / "petitions.jsonl.gz")],
         "text files, folders or globs: .txt (blank line between documents), .jsonl, optionally .gz; .parquet (--text-field columns)",
     )
     out: str = C.field("runs/vocab", "output folder (a tokenizer folder with manifest.json)")
+    kind: str = C.field(
+        "morpheme", "morpheme: SentencePiece over Kiwi's morphemes (korbert's tokenizer); morpheme-attached: the same, with the "
+        "word-start marker inside a word's first piece, a token of its own only before a character the vocabulary lacks "
+        "(unigram only); plain: SentencePiece "
+        "over the NFC text with no Kiwi, a standard fast tokenizer (the arm the morphemes are measured against)",
+        choices=["morpheme", "morpheme-attached", "plain"],
+    )
     vocab_size: int = C.field(32000, "vocabulary size, special/unused/byte tokens included")
     model_type: str = C.field("unigram", "SentencePiece model type", choices=["unigram", "bpe"])
     num_unused: int = C.field(100, "number of [unusedN] tokens reserved after the specials")
@@ -159,12 +171,23 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
     `cfg.out` does not hold this vocabulary."""
     from tqdm import tqdm
 
+    if cfg.kind == "morpheme-attached" and cfg.model_type != "unigram":
+        raise InputError("--kind morpheme-attached needs --model-type unigram")
     out = Path(cfg.out)
     threads = cfg.threads or default_threads()
     files = expand_inputs(cfg.inputs)
     inputs = [file_record(f) for f in files]
     config = {**C.to_dict(cfg), "threads": threads, "kiwi": DEFAULT_KIWI, "sampling": SAMPLING}
     config.pop("force"), config.pop("show"), config.pop("out")
+    if cfg.kind == "morpheme":
+        config.pop("kind")  # added later: at its default the vocabulary's identity is as before
+    elif cfg.kind == "plain":
+        from korbert.plain import VERSION
+
+        config.pop("kiwi")
+        config["plain_version"] = VERSION
+    else:
+        config["attach_version"] = ATTACH_VERSION
     if not cfg.force and (out / "manifest.json").is_file():
         old = read_manifest(out, "vocab")
         if _same_work(old, config, inputs):
@@ -181,10 +204,11 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
     rng = random.Random(cfg.seed)
     lines: list[str] = []
     seen = 0
-    bar = tqdm(total=len(docs), desc="kiwi (sample)", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
+    bar = tqdm(total=len(docs), desc="sentences (sample)" if cfg.kind == "plain" else "kiwi (sample)", unit="doc",
+               unit_scale=True, disable=None, file=sys.stderr)
     for i in range(0, len(docs), cfg.batch_docs):
         batch = docs[i : i + cfg.batch_docs]
-        for line in segmented_sentences(batch, threads):
+        for line in (plain_sentences(batch) if cfg.kind == "plain" else segmented_sentences(batch, threads)):
             seen += 1
             if len(lines) < cfg.max_sentences:
                 lines.append(line)
@@ -204,18 +228,36 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
     for line in lines[: cfg.show]:
         print("  " + line.replace(DELIM, " + ").strip())
 
-    model_bytes = train_spm(lines, cfg, threads)
+    attached = None
+    if cfg.kind == "morpheme-attached":
+        model_bytes, attached = attach_markers(lines, cfg, threads)
+    else:
+        model_bytes = train_spm(lines, cfg, threads)
     t_spm = time.time() - t0 - t_read - t_kiwi
-
-    from korbert.tokenizer import SPM_FILE, KorBertTokenizer
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifest.json").unlink(missing_ok=True)  # the folder is unfinished until the manifest is back
     from corpus_tools.artifacts import atomic_write_bytes
 
+    SPM_FILE = "spm.model"
     atomic_write_bytes(out / SPM_FILE, model_bytes)
-    tok = KorBertTokenizer.from_spm(out / SPM_FILE, cfg.model_type, dict(DEFAULT_KIWI))
-    tok.save_pretrained(str(out))
+    if cfg.kind == "plain":
+        from korbert.folders import tokenizer_files_sha256
+        from korbert.plain import save_plain
+
+        from korbert.folders import TOKENIZER_FILES
+
+        for name in TOKENIZER_FILES:  # files of an earlier tokenizer here would count in the fingerprint
+            if name != SPM_FILE:
+                (out / name).unlink(missing_ok=True)
+        save_plain(model_bytes, cfg.model_type, out)
+        size, fingerprint = _piece_count(model_bytes), tokenizer_files_sha256(out)  # what the shards will record (korbert.foreign)
+    else:
+        from korbert.tokenizer import KorBertTokenizer
+
+        tok = KorBertTokenizer.from_spm(out / SPM_FILE, cfg.model_type, dict(DEFAULT_KIWI), attached=attached)
+        tok.save_pretrained(str(out))
+        size, fingerprint = len(tok), tok.fingerprint
     counts = {
         **stats.as_dict(),
         "characters": chars,
@@ -223,9 +265,9 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
         "characters_sampled": sampled_chars,
         "sentences": seen,
         "sentences_trained_on": len(lines),
-        "vocab_size": len(tok),
+        "vocab_size": size,
         "seconds_read": round(t_read, 1),
-        "seconds_kiwi": round(t_kiwi, 1),
+        "seconds_sentences" if cfg.kind == "plain" else "seconds_kiwi": round(t_kiwi, 1),
         "seconds_sentencepiece": round(t_spm, 1),
     }
     manifest = write_manifest(
@@ -236,15 +278,88 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
         config=config,
         inputs=inputs,
         counts=counts,
-        tokenizer_hash=tok.fingerprint,
+        tokenizer_hash=fingerprint,
     )
     skipped = sum(stats.skipped.values())
     print(
-        f"vocab: {len(tok)} tokens from {seen} sentences of {len(docs)} sampled documents of {stats.documents_out} "
+        f"vocab ({cfg.kind}): {size} tokens from {seen} sentences of {len(docs)} sampled documents of {stats.documents_out} "
         f"({skipped} skipped{': ' + str(dict(stats.skipped)) if skipped else ''}) "
         f"in {time.time() - t0:.1f}s -> {out} (tokenizer {manifest['tokenizer_hash'][:12]})"
     )
     return manifest
+
+
+def _word_starts(lines: list[str]) -> Counter:
+    """The word-initial segments of the training lines, counted: the segment after each space (the
+    one the tokenizer gives a "▁"); a text's first segment has none."""
+    words: Counter = Counter()
+    for line in lines:
+        words.update(part.split(DELIM, 1)[0] for part in line.split(" ")[1:] if part)
+    return words
+
+
+def attach_markers(lines: list[str], cfg: VocabConfig, threads: int) -> tuple[bytes, dict[str, float]]:
+    """The morpheme-attached kind: a unigram vocabulary of --vocab-size pieces in which no word's
+    "▁" stands alone. SentencePiece learns "▁갔다" for frequent words, but a word whose start has no
+    such piece pays a lone "▁" token before its first piece ("▁" + "싶"). Here SentencePiece trains
+    on fewer pieces, and the rest of the budget goes to "▁" + p pieces, each scored as the two-token
+    path it replaces (score("▁") + score(p)), while the tokenizer never picks "▁" alone:
+
+      1. "▁" + c for every single-character piece c that has no such piece: the fallback, so a word
+         that starts with a character the vocabulary holds always has one;
+      2. then, by how many word starts they would take, "▁" + p for the pieces p that follow a lone
+         "▁" in the training lines, until the vocabulary is --vocab-size again.
+
+    The reserve is sized on a first model of the full size (its needs in 1, plus 2% of the budget),
+    and grown while the model trained on what is left needs more. -> (that SentencePiece model, {"▁" + p: score}).
+    A word whose first character is not in the vocabulary at all (byte fallback) still gets a lone
+    "▁"."""
+    import sentencepiece as spm
+
+    words = _word_starts(lines)
+    distinct = list(words)
+
+    def needs(model: bytes) -> tuple[dict[str, float], list[str], Counter]:
+        sp = spm.SentencePieceProcessor(model_proto=model)
+        score = {sp.id_to_piece(i): sp.get_score(i) for i in range(sp.get_piece_size())
+                 if not (sp.is_control(i) or sp.is_unused(i) or sp.is_byte(i) or sp.is_unknown(i))}
+        initial = sorted(c for c in score if len(c) == 1 and c != "▁" and "▁" + c not in score)
+        after: Counter = Counter()
+        for w, pieces in zip(distinct, sp.encode([" " + w for w in distinct], out_type=str, num_threads=threads)):
+            if len(pieces) > 1 and pieces[0] == "▁" and pieces[1] in score and "▁" + pieces[1] not in score:
+                after[pieces[1]] += words[w]
+        return score, initial, after
+
+    extra = max(1, round(0.02 * cfg.vocab_size))
+    _, initial, _ = needs(train_spm(lines, cfg, threads))
+    for _ in range(4):  # a smaller model can need more fallbacks than the first: then the reserve grows
+        reserve = min(len(initial) + extra, cfg.vocab_size // 2)
+        model = train_spm(lines, replace(cfg, vocab_size=cfg.vocab_size - reserve), threads)
+        score, initial, after = needs(model)
+        if len(initial) <= reserve:
+            break
+    if len(initial) > reserve:
+        raise InputError(f"--kind morpheme-attached: {len(initial)} single characters need a word-start piece, more than half of "
+                         f"--vocab-size {cfg.vocab_size}; choose a larger vocabulary")
+    added = {"▁" + c: score["▁"] + score[c] for c in initial}
+    for p, _ in sorted(after.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(added) >= reserve:
+            break
+        added.setdefault("▁" + p, score["▁"] + score[p])
+    return model, added  # fewer than the reserve only when fewer pieces ever follow a lone "▁" (the manifest's vocab_size says)
+
+
+def plain_sentences(texts: list[str]) -> list[str]:
+    """The plain kind's training lines: one per sentence, split at punctuation (no Kiwi)."""
+    from korbert.plain import sentences
+
+    return [s for t in texts for s in sentences(t)]
+
+
+def _piece_count(model_bytes: bytes) -> int:
+    import sentencepiece as spm
+
+    return spm.SentencePieceProcessor(model_proto=model_bytes).get_piece_size()
 
 
 def train_spm(lines: list[str], cfg: VocabConfig, threads: int) -> bytes:
@@ -266,9 +381,13 @@ def train_spm(lines: list[str], cfg: VocabConfig, threads: int) -> bytes:
             eos_id=3, eos_piece="[SEP]",
             control_symbols=special_pieces(cfg.num_unused),
             normalization_rule_name="identity",  # text is already NFC; never NFKC Korean
-            add_dummy_prefix=False,  # a text's first segment has no preceding space, so no "▁"
-            remove_extra_whitespaces=False,  # keep the leading space of non-first sentences
-            pretokenization_delimiter=DELIM,
+            **(dict(
+                add_dummy_prefix=False,  # a text's first segment has no preceding space, so no "▁"
+                remove_extra_whitespaces=False,  # keep the leading space of non-first sentences
+                pretokenization_delimiter=DELIM,
+            ) if cfg.kind != "plain" else dict(  # plain: SentencePiece's own defaults, as korbert.plain encodes
+                add_dummy_prefix=True, remove_extra_whitespaces=True,
+            )),
             max_sentence_length=1 << 15,
             input_sentence_size=0,
             shuffle_input_sentence=False,

@@ -23,7 +23,8 @@ TAGS = ["korbert", "bert", "korean", "kiwi", "morpheme"]
 def _front_matter(m: dict, license: str, ours: dict | None, name: str, datasets: dict) -> str:
     import yaml
 
-    meta: dict = {"language": ["ko"], "library_name": "transformers", "pipeline_tag": "fill-mask", "tags": TAGS}
+    meta: dict = {"language": ["ko"], "library_name": "transformers", "pipeline_tag": "fill-mask",
+                  "tags": TAGS if m.get("tokenizer_kind") != "plain" else TAGS[:3]}
     if license:
         meta["license"] = license
     if m.get("init_from"):
@@ -75,8 +76,10 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
     ours = next((r for r in table or [] if r.get("origin") == "pretrained here"), None)
     objective = "masked LM + next-sentence prediction" if m.get("objective", "mlm+nsp") == "mlm+nsp" else "masked LM (no NSP)"
     ours_tok = m.get("tokenizer_class", "KorBertTokenizer") == "KorBertTokenizer"
+    plain = m.get("tokenizer_kind") == "plain"
     whose = "the model it continues" if m.get("init_from") else "another model"
-    vocabulary = "a vocabulary of Kiwi morphemes" if ours_tok else f"the {m['tokenizer_class']} tokenizer of {whose}"
+    vocabulary = ("a vocabulary of Kiwi morphemes" if ours_tok else "a plain SentencePiece vocabulary (no morpheme analysis)" if plain
+                  else f"the {m['tokenizer_class']} tokenizer of {whose}")
     lines = [
         _front_matter(m, license, ours, name, datasets or {}),
         f"# {name}",
@@ -132,6 +135,12 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
             f"Kiwi morphemes, then SentencePiece pieces (korbert tokenizer {m['tokenizer_hash'][:12]}); offsets index the string "
             "you pass. It needs `kiwipiepy`. With korbert installed, `import korbert` and load as usual; without it, the folder "
             "carries the tokenizer's code: pass `trust_remote_code=True`."
+        )
+    elif plain:
+        lines.append(
+            f"SentencePiece pieces over the NFC text, no morpheme analysis (korbert's plain kind; files sha256 "
+            f"{m['tokenizer_hash'][:12]}): a standard fast tokenizer, which plain transformers loads with no korbert or Kiwi. "
+            "Pretraining cut its pairs at sentence-ending punctuation."
         )
     else:
         lines.append(

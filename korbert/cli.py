@@ -65,9 +65,9 @@ def _tokenize(argv: list[str]) -> None:
     ap.add_argument("--pair", help="a second segment (tokenized as [CLS] A [SEP] B [SEP])")
     ap.add_argument("--json", action="store_true", help="one JSON object per input instead of a table")
     a = ap.parse_args(argv)
-    from korbert.tokenizer import KorBertTokenizer
+    from korbert import foreign
 
-    tok = KorBertTokenizer.from_pretrained(a.tokenizer)
+    tok = foreign.load(a.tokenizer, a.tokenizer)  # korbert's, or any fast tokenizer (the plain kind)
     texts = [" ".join(a.text)] if a.text else [line.rstrip("\n") for line in sys.stdin]
     for text in texts:
         enc = tok(text, a.pair, return_offsets_mapping=True)

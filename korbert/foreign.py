@@ -3,7 +3,8 @@
 `korbert shards --tokenizer FOLDER` takes a korbert tokenizer or model folder, or any local
 transformers folder with a fast tokenizer (WordPiece, BPE or Unigram). For the latter:
 
-- Kiwi still splits the sentences (BERT's pairs are cut at sentence boundaries);
+- Kiwi still splits the sentences (BERT's pairs are cut at sentence boundaries), except for korbert's
+  plain kind (korbert/plain.py), whose sentences end at punctuation: no Kiwi anywhere;
 - the tokens are the folder's own (`tok(texts, add_special_tokens=False)`), without Kiwi morphemes;
 - whole-unit masking uses the tokenizer's own words (`word_ids`) for `--mask-unit morpheme`, and
   the eojeols of the original spacing for `--mask-unit eojeol`;
@@ -124,29 +125,41 @@ def encoder(tok):
 
 class DocumentEncoder:
     """`KorBertTokenizer.encode_documents_async` for another fast tokenizer: per text, int32 arrays
-    over its tokens: ids, sentence (Kiwi's), morpheme (the tokenizer's word), eojeol (whitespace-
+    over its tokens: ids, sentence (Kiwi's; the plain kind's: by punctuation), morpheme (the tokenizer's word), eojeol (whitespace-
     separated word of the text), and offsets (n, 2) into the text."""
 
     def __init__(self, tok):
+        from korbert.plain import is_plain
+
         self.tok = tok
         self.id_map = id_map(tok)
+        self.plain = is_plain(tok)  # korbert's plain kind: sentences at punctuation, and no Kiwi anywhere
 
     def encode_documents_async(self, texts: list[str]):
-        from corpus_tools.morph import analyse_ahead, get_kiwi
         from corpus_tools.text import nfc
 
         texts = [nfc(t) for t in texts]
-        analyses = analyse_ahead(get_kiwi(0), texts)  # Kiwi's threads start now
+        if self.plain:
+            analyses = None
+        else:
+            from corpus_tools.morph import analyse_ahead, get_kiwi
+
+            analyses = analyse_ahead(get_kiwi(0), texts)  # Kiwi's threads start now
 
         def finish() -> list[dict]:
+            from korbert.plain import sentence_starts as punctuation_starts
+
             enc = self.tok(texts, add_special_tokens=False, return_offsets_mapping=True)
             out = []
-            for i, (text, analysis) in enumerate(zip(texts, analyses)):
-                sentence_starts, last = [], None
-                for t in analysis:  # a sentence starts where its first morpheme does
-                    if t.sent_position != last:
-                        sentence_starts.append(t.start)
-                        last = t.sent_position
+            for i, (text, analysis) in enumerate(zip(texts, analyses if analyses is not None else [None] * len(texts))):
+                if analysis is None:
+                    sentence_starts = punctuation_starts(text)
+                else:
+                    sentence_starts, last = [], None
+                    for t in analysis:  # a sentence starts where its first morpheme does
+                        if t.sent_position != last:
+                            sentence_starts.append(t.start)
+                            last = t.sent_position
                 eojeol_starts = [m.start() for m in _EOJEOL.finditer(text)]
                 offsets = np.asarray(enc["offset_mapping"][i], dtype=np.int32).reshape(-1, 2)
                 first = offsets[:, 0]

@@ -49,6 +49,7 @@ from korbert.distributed import AgreedClock, Dist, default_workers
 from korbert.heldout import MODEL_INPUTS, evaluate
 from korbert.runtime import PROFILE_STEPS, compiled_graphs, oom_guard, peak_flops, resolve_precision, start_profile, write_profile
 from korbert.phases import Phase, build_phases, corpus_record, long_shards_manifest, open_readers
+from korbert.plain import tokenizer_kind
 from korbert.pretrain_config import PretrainConfig
 from korbert.schedule import long_phase_due, lr_at
 
@@ -567,7 +568,7 @@ class Trainer:
             **({"init_from": {k: self.init[k] for k in ("folder", "weights_sha256", "fresh")}} if self.init else {}),
             "corpus": corpus_record(sm),  # what the model card says it was trained on
             **({"long_corpus": corpus_record(self.long_manifest), "long_shards_path": str(cfg.long_shards)} if self.long_manifest else {}),
-            "hardware": self.hardware, "tokenizer_class": type(self.tok).__name__,
+            "hardware": self.hardware, "tokenizer_class": type(self.tok).__name__, "tokenizer_kind": tokenizer_kind(self.tok),
             **({"license": cfg.license} if cfg.license else {}),
         }
 

@@ -284,6 +284,8 @@ def stage_configs(cfg: RecipeConfig) -> dict:
             values = {**base[s], **p[s], **overrides[s]}
         values = {k: v for k, v in values.items() if k in known}
         cfgs[s] = classes[s](**values)
+    if cfgs["vocab"].kind == "plain" and "analyzer" not in overrides["baseline"] and not cfg.init_from:
+        cfgs["baseline"] = replace(cfgs["baseline"], analyzer="char")  # the plain kind's run needs no Kiwi anywhere
     # BERT's second phase when the long shards are longer (the GPU presets: 512): the pretraining's last share reads them
     if cfgs["shards_long"].max_seq_len > cfgs["shards"].max_seq_len:
         if not cfgs["pretrain"].long_shards:

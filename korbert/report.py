@@ -102,6 +102,7 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict | None, sm: 
             **({
                 "documents": vm["counts"]["documents_used"], "sentences": vm["counts"].get("sentences"), "characters": vm["counts"].get("characters"),
                 "vocab_size": vm["counts"].get("vocab_size", vm["config"].get("vocab_size")),
+                "tokenizer_kind": vm["config"].get("kind", "morpheme"),
             } if vm else {  # --init-from: no vocabulary stage; the shards counted the corpus
                 "documents": sm["counts"]["documents_used"], "sentences": sm["counts"].get("sentences"), "characters": None,
                 "vocab_size": pm["model_config"]["vocab_size"], "tokenizer_from": cfg.init_from,
@@ -218,7 +219,10 @@ def render(r: dict) -> str:
         "",
         f"{c['documents']:,} documents, {c['sentences']:,} sentences"
         + (f", {c['characters']:,} characters" if c.get("characters") is not None else "")
-        + f"; vocabulary {c['vocab_size']:,} (tokenizer {c['tokenizer_hash'][:12]}"
+        + f"; vocabulary {c['vocab_size']:,}"
+        + {"morpheme": " of Kiwi morphemes", "morpheme-attached": " of Kiwi morphemes, the word-start marker inside the first piece",
+           "plain": " of plain SentencePiece pieces (no Kiwi)"}.get(c.get("tokenizer_kind"), "")
+        + f" (tokenizer {c['tokenizer_hash'][:12]}"
         + (f", the one of {c['tokenizer_from']}" if c.get("tokenizer_from") else "") + ").",
         f"{c['train_instances']:,} training instances ({c['train_tokens']:,} tokens), {c['valid_instances']:,} held out; "
         f"IsNext share {c['isnext_share']}.",

@@ -110,6 +110,9 @@ class KorBertTokenizer(CachedEncoding, TokenizersBackend):
         korbert never downloads at run time."""
         if not Path(folder, "tokenizer.json").is_file():
             raise FileNotFoundError(f"{folder}: not a korbert tokenizer folder (no tokenizer.json)")
+        named = _tokenizer_class(folder)
+        if named not in (None, "KorBertTokenizer"):  # e.g. the plain kind: its own pre-tokenizer, not Kiwi's
+            raise ValueError(f"{folder}: a {named} folder, not a korbert (Kiwi) tokenizer: load it with AutoTokenizer")
         kwargs.setdefault("local_files_only", True)
         return super().from_pretrained(str(folder), *args, **kwargs)
 
@@ -123,10 +126,13 @@ class KorBertTokenizer(CachedEncoding, TokenizersBackend):
 
     @classmethod
     def from_spm(
-        cls, spm_path: str | os.PathLike, model_type: str = "unigram", kiwi_options: dict | None = None
+        cls, spm_path: str | os.PathLike, model_type: str = "unigram", kiwi_options: dict | None = None,
+        attached: dict[str, float] | None = None,
     ) -> "KorBertTokenizer":
         """Build the tokenizer from a SentencePiece model (`model_type` unigram or bpe) trained by
-        `corpus_tools.vocab`."""
+        `corpus_tools.vocab`. `attached` (unigram): word-start pieces ("▁" + a piece) appended after
+        the model's own, with their scores, and the lone "▁" never chosen on its own (the
+        morpheme-attached kind: corpus_tools.vocab.attach_markers)."""
         import sentencepiece as spm
 
         sp = spm.SentencePieceProcessor(model_file=str(spm_path))
@@ -136,6 +142,8 @@ class KorBertTokenizer(CachedEncoding, TokenizersBackend):
         n = sp.get_piece_size()
         pieces = [sp.id_to_piece(i) for i in range(n)]
         if model_type == "bpe":
+            if attached:
+                raise ValueError("attached word-start pieces need a unigram model")
             vocab = {p: i for i, p in enumerate(pieces)}
             model = models.BPE(vocab=vocab, merges=_bpe_merges(sp), unk_token="[UNK]", byte_fallback=True, fuse_unk=False)
         else:
@@ -143,9 +151,9 @@ class KorBertTokenizer(CachedEncoding, TokenizersBackend):
             # spelling (a text containing "<0x41>"); byte fallback finds them by name.
             never = -1e9
             vocab = [
-                (p, never if (sp.is_control(i) or sp.is_unused(i) or sp.is_byte(i)) else sp.get_score(i))
+                (p, never if (sp.is_control(i) or sp.is_unused(i) or sp.is_byte(i) or (attached and p == SPACE)) else sp.get_score(i))
                 for i, p in enumerate(pieces)
-            ]
+            ] + list((attached or {}).items())
             model = models.Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=True)
         backend = Tokenizer(model)
         backend.pre_tokenizer = _placeholder_pre_tokenizer()
@@ -337,6 +345,12 @@ class KorBertTokenizer(CachedEncoding, TokenizersBackend):
 def _existing(folder: Any, name: str) -> str | None:
     p = Path(str(folder), name) if folder else None
     return str(p) if p and p.is_file() else None
+
+
+def _tokenizer_class(folder) -> str | None:
+    """The tokenizer_class its tokenizer_config.json names (None: no such file or key)."""
+    path = Path(folder, "tokenizer_config.json")
+    return json.loads(path.read_text(encoding="utf-8")).get("tokenizer_class") if path.is_file() else None
 
 
 def _bpe_merges(sp) -> list[tuple[str, str]]:

@@ -14,7 +14,7 @@ PACKAGES = ("corpus_tools", "korbert", "evals")
 # bottom to top; the module names without their package
 LAYERS = [
     ("text and files", "corpus_tools", {"__init__", "text", "morph", "artifacts", "config", "shard_format", "masking", "guard"}),
-    ("the tokenizer", "korbert", {"__init__", "tokenizer", "segmenter", "word_cache", "hub", "foreign", "folders"}),
+    ("the tokenizer", "korbert", {"__init__", "tokenizer", "segmenter", "word_cache", "hub", "foreign", "folders", "plain"}),
     ("corpus stages", "corpus_tools", {"vocab", "shards_config", "shards", "pieces", "shard_task", "pairs", "engine", "make_sample"}),
     ("model and pretraining", "korbert", {
         "model", "data", "heldout", "schedule", "runtime", "distributed", "pretrain_config", "phases", "checkpoint", "pretrain",

@@ -1,0 +1,208 @@
+"""What each tokenizer kind does to the same held-out text, and what its preprocessing costs.
+
+    python benchmarks/tokenizer_kinds.py --corpus ../shared/data/corpus/{reviews,petitions,kowiki}.jsonl.gz@... --vocab-size 8000
+    python benchmarks/tokenizer_kinds.py --corpus corpus_tools/sample_data/*.jsonl.gz --out benchmarks/results/tokenizer-kinds-sample.json
+
+For each kind (morpheme: korbert's tokenizer; morpheme-attached: the same with no lone word-start
+"▁"; plain: SentencePiece over the NFC text, no Kiwi) a
+vocabulary of --vocab-size is built with `korbert vocab --kind K` from the first --corpus-docs
+documents of each --corpus file (the same documents, sampling and specials for every kind), then
+`korbert shards` runs over the same documents with it. Measured:
+
+  * preprocessing CPU-seconds per MB (the corpus's bytes as JSON Lines): `korbert vocab` and
+    `korbert shards`, each in its own process (user + system CPU of that process and its children);
+  * on the held-out text (the KorQuAD dev contexts and the NSMC test reviews: evaluation text, never
+    pretrained on), without [CLS]/[SEP]:
+      - tokens per character;
+      - byte fallback: the share of tokens that are byte pieces (<0x..>);
+      - lone word-start markers: the share of tokens that are "▁" alone, and the share of word starts
+        (tokens beginning with "▁") that stand alone;
+  * KorQuAD answer-boundary alignment: the share of dev answers whose first character starts a token
+    and whose last character ends one (lone "▁" tokens left out: korbert's spans the space, plain's
+    the next character; neither bounds text). Plain also puts a "▁" before a text's first word,
+    korbert does not: part of their lone-marker counts.
+
+Ratios are each kind's over plain's (the baseline a user without Kiwi would run). Writes
+benchmarks/results/tokenizer-kinds.json (machine, command, load average before and after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "data"
+KINDS = ("morpheme", "morpheme-attached", "plain")
+
+
+def first_docs(sources: list[str], n: int, dest: Path) -> Path:
+    """The first n lines (FILE@N: N) of each .jsonl(.gz), one after the other, as a plain .jsonl
+    (every kind reads the same bytes)."""
+    with open(dest, "w", encoding="utf-8") as fo:
+        for spec in sources:
+            name, _, count = spec.partition("@")
+            src, n_here = Path(name), int(count) if count else n
+            opener = gzip.open if src.suffix == ".gz" else open
+            with opener(src, "rt", encoding="utf-8") as fi:
+                for i, line in enumerate(fi):
+                    if i >= n_here:
+                        break
+                    fo.write(line)
+    return dest
+
+
+def cpu_of(cmd: list[str]) -> tuple[float, float]:
+    """(CPU seconds of the child process and its descendants, wall seconds)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    wall = time.time() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr[-3000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
+
+
+def held_out(korquad: Path, nsmc_test: Path) -> tuple[dict[str, list[str]], list[tuple[str, int, str]]]:
+    """({"korquad_contexts": [...], "nsmc_test_reviews": [...]}, answers: (context, answer_start, answer text))."""
+    data = json.loads(korquad.read_text(encoding="utf-8"))["data"]
+    contexts, answers = [], []
+    for art in data:
+        for p in art["paragraphs"]:
+            contexts.append(p["context"])
+            for qa in p["qas"]:
+                for a in qa["answers"][:1]:  # the first answer of each question
+                    answers.append((p["context"], a["answer_start"], a["text"]))
+    lines = nsmc_test.read_text(encoding="utf-8").splitlines()[1:]
+    reviews = [ln.split("\t")[1] for ln in lines if ln.count("\t") >= 2 and ln.split("\t")[1].strip()]
+    return {"korquad_contexts": contexts, "nsmc_test_reviews": reviews}, answers
+
+
+def text_stats(tok, texts: list[str], batch: int = 256) -> dict:
+    tokens = chars = byte = lone = starts = 0
+    for i in range(0, len(texts), batch):
+        part = texts[i : i + batch]
+        enc = tok(part, add_special_tokens=False)
+        for ids in enc["input_ids"]:
+            pieces = tok.convert_ids_to_tokens(ids)
+            tokens += len(pieces)
+            byte += sum(p.startswith("<0x") and p.endswith(">") and len(p) == 6 for p in pieces)
+            lone += sum(p == "▁" for p in pieces)
+            starts += sum(p.startswith("▁") for p in pieces)
+        chars += sum(len(t) for t in part)
+    return {"characters": chars, "tokens": tokens, "tokens_per_char": round(tokens / chars, 4),
+            "byte_fallback_share": round(byte / tokens, 5), "lone_marker_share_of_tokens": round(lone / tokens, 4),
+            "lone_marker_share_of_word_starts": round(lone / max(starts, 1), 4)}
+
+
+def alignment(tok, answers: list[tuple[str, int, str]]) -> dict:
+    """Share of answers whose span starts and ends on token boundaries (by the tokenizer's offsets)."""
+    by_context: dict[str, list[tuple[int, int]]] = {}
+    for ctx, start, text in answers:
+        by_context.setdefault(ctx, []).append((start, start + len(text)))
+    ok = n = 0
+    contexts = list(by_context)
+    for i in range(0, len(contexts), 64):
+        part = contexts[i : i + 64]
+        enc = tok(part, add_special_tokens=False, return_offsets_mapping=True)
+        for ctx, ids, offsets in zip(part, enc["input_ids"], enc["offset_mapping"]):
+            pieces = tok.convert_ids_to_tokens(ids)
+            spans = [(a, b) for (a, b), p in zip(offsets, pieces) if p != "▁"]  # a lone "▁" bounds no text (plain's spans a character)
+            begins, ends = {a for a, _ in spans}, {b for _, b in spans}
+            for s, e in by_context[ctx]:
+                n += 1
+                ok += s in begins and e in ends
+    return {"answers": n, "aligned": ok, "aligned_share": round(ok / max(n, 1), 4)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", nargs="+", default=[str(SHARED / "corpus" / f) for f in ("reviews.jsonl.gz", "petitions.jsonl.gz", "kowiki.jsonl.gz")])
+    ap.add_argument("--corpus-docs", type=int, default=20_000, help="the first N documents of each --corpus file (FILE@N: N)")
+    ap.add_argument("--vocab-size", type=int, default=8000)
+    ap.add_argument("--korquad", default=str(SHARED / "korquad" / "KorQuAD_v1.0_dev.json"))
+    ap.add_argument("--nsmc-test", default=str(SHARED / "nsmc" / "ratings_test.txt"))
+    ap.add_argument("--work", default="runs/tokenizer-kinds")
+    ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tokenizer-kinds.json"))
+    a = ap.parse_args()
+
+    load_before = os.getloadavg()
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    corpus = first_docs(a.corpus, a.corpus_docs, work / "corpus.jsonl")
+    mb = corpus.stat().st_size / 1e6
+    texts, answers = held_out(Path(a.korquad), Path(a.nsmc_test))
+    from korbert import foreign
+
+    results = {}
+    for kind in a.kinds:
+        vocab, shards = work / f"vocab-{kind}", work / f"shards-{kind}"
+        cli = [sys.executable, "-m", "korbert.cli"]
+        vocab_cpu, vocab_wall = cpu_of([*cli, "vocab", "--kind", kind, "--inputs", str(corpus), "--out", str(vocab),
+                                        "--vocab-size", str(a.vocab_size), "--show", "0", "--force"])
+        shards_cpu, shards_wall = cpu_of([*cli, "shards", "--tokenizer", str(vocab), "--inputs", str(corpus), "--out", str(shards),
+                                          "--show", "0", "--force"])
+        tok = foreign.load(vocab, kind)
+        results[kind] = {
+            "vocab": str(vocab), "vocab_size": len(tok),
+            "preprocessing": {"vocab_cpu_s_per_MB": round(vocab_cpu / mb, 3), "shards_cpu_s_per_MB": round(shards_cpu / mb, 3),
+                              "vocab_wall_s": round(vocab_wall, 1), "shards_wall_s": round(shards_wall, 1)},
+            "held_out": {name: text_stats(tok, t) for name, t in texts.items()},
+            "korquad_answer_alignment": alignment(tok, answers),
+        }
+        r = results[kind]
+        for name, h in r["held_out"].items():
+            print(f"{kind:>9} {name}: tokens/char {h['tokens_per_char']}, lone ▁ {h['lone_marker_share_of_tokens']} of tokens, "
+                  f"bytes {h['byte_fallback_share']}")
+        print(f"{kind:>9}: aligned answers {r['korquad_answer_alignment']['aligned_share']}, "
+              f"CPU-s/MB vocab {r['preprocessing']['vocab_cpu_s_per_MB']} shards {r['preprocessing']['shards_cpu_s_per_MB']}")
+
+    out = {}
+    if "plain" in results:
+        base = results["plain"]
+        for kind, r in results.items():
+            if kind == "plain":
+                continue
+            for name in r["held_out"]:
+                out[f"ratio_{kind}_vs_plain_tokens_per_char_{name}"] = round(
+                    r["held_out"][name]["tokens_per_char"] / base["held_out"][name]["tokens_per_char"], 3)
+            out[f"ratio_{kind}_vs_plain_aligned_share"] = round(
+                r["korquad_answer_alignment"]["aligned_share"] / base["korquad_answer_alignment"]["aligned_share"], 3)
+            for stage in ("vocab", "shards"):
+                k = f"{stage}_cpu_s_per_MB"
+                out[f"ratio_{kind}_vs_plain_{stage}_cpu"] = round(r["preprocessing"][k] / base["preprocessing"][k], 2)
+    if "morpheme" in results and "morpheme-attached" in results:
+        m, t = results["morpheme"], results["morpheme-attached"]
+        for name in t["held_out"]:
+            out[f"ratio_morpheme-attached_vs_morpheme_tokens_per_char_{name}"] = round(
+                t["held_out"][name]["tokens_per_char"] / m["held_out"][name]["tokens_per_char"], 3)
+    for k, v in out.items():
+        print(f"  {k}: {v}")
+    atomic_write_json(Path(a.out), {
+        **out, "stage": "tokenizer", "what": "tokenizer kinds on the same held-out text (KorQuAD dev contexts + NSMC test "
+        "reviews) and their preprocessing CPU on the same corpus documents; ratios are each kind's over plain's",
+        "command": "python benchmarks/" + Path(__file__).name + " " + " ".join(sys.argv[1:]),
+        "machine": machine(), "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "corpus": {"sources": a.corpus, "documents_each": a.corpus_docs, "MB": round(mb, 2)},
+        "held_out": {"korquad": a.korquad, "nsmc_test": a.nsmc_test, **{name: len(t) for name, t in texts.items()}, "answers": len(answers)},
+        "vocab_size": a.vocab_size, "kinds": results,
+    })
+    print(f"-> {a.out}")
+
+
+if __name__ == "__main__":
+    main()

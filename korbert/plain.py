@@ -1,0 +1,104 @@
+"""The plain tokenizer kind (`korbert vocab --kind plain`): SentencePiece over the NFC text, no Kiwi.
+
+The arm that korbert's morpheme-aware vocabulary is measured against (benchmarks/tokenizer_kinds.py).
+Its folder is a standard fast tokenizer: `tokenizer.json` holds the whole pipeline, so
+`AutoTokenizer.from_pretrained(folder)` loads it with no korbert and no remote code:
+
+    normalizer      NFC (offsets index the user's string; on text that is not NFC, a span can end inside
+                    a decomposed syllable: huggingface/tokenizers#1201. korbert's stages pass NFC text)
+    pre-tokenizer   words at whitespace, then a "▁" before each (Metaspace): pieces never cross a space, and
+                    a word's offsets never hold one
+    model           the SentencePiece Unigram (or BPE) model, byte fallback for unknown characters
+    post-processor  [CLS] A [SEP] / [CLS] A [SEP] B [SEP], token types 0/1
+    decoder         "▁" -> space, bytes -> characters, the leading space dropped
+
+The specials sit at korbert's ids 0..4 ([PAD] [UNK] [CLS] [SEP] [MASK]), so korbert's stages take the
+folder like any other fast tokenizer (korbert/foreign.py). `tokenizer_config.json` carries
+`"korbert_kind": "plain"`; for such a folder the shards split sentences at punctuation instead of
+with Kiwi, so no stage of a plain run imports Kiwi.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+KIND_KEY = "korbert_kind"  # in tokenizer_config.json: "plain" for this kind (absent otherwise)
+VERSION = 1  # the sentence splitter and the pipeline below: in tokenizer_config.json, so in the fingerprint
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+_SENTENCE_END = re.compile(r"[.!?…。]+[\"'”’)\]]*(?:\s+|$)|\n+")
+
+
+def is_plain(tok) -> bool:
+    """Whether a loaded tokenizer is this kind (its tokenizer_config.json says so)."""
+    return getattr(tok, "init_kwargs", {}).get(KIND_KEY) == "plain"
+
+
+def tokenizer_kind(tok) -> str:
+    """"morpheme" or "morpheme-attached" (korbert's tokenizer: its folder's vocab manifest says which),
+    "plain" (this kind) or "other" (another model's tokenizer)."""
+    if type(tok).__name__ == "KorBertTokenizer":
+        import json
+
+        manifest = Path(getattr(tok, "name_or_path", "") or ".", "manifest.json")
+        kind = json.loads(manifest.read_text(encoding="utf-8")).get("config", {}).get("kind") if manifest.is_file() else None
+        return kind if kind == "morpheme-attached" else "morpheme"
+    return "plain" if is_plain(tok) else "other"
+
+
+def sentence_starts(text: str) -> list[int]:
+    """Where each sentence of `text` starts: after a run of . ! ? … (and closing quotes or
+    brackets) followed by whitespace, or after line breaks. No Kiwi: the plain kind's splitter."""
+    starts = [0]
+    for m in _SENTENCE_END.finditer(text):
+        if m.end() < len(text):
+            starts.append(m.end())
+    return starts
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of `text` (whitespace runs as one space), by `sentence_starts`."""
+    cuts = sentence_starts(text) + [len(text)]
+    out = (" ".join(text[a:b].split()) for a, b in zip(cuts, cuts[1:]))
+    return [s for s in out if s]
+
+
+def save_plain(spm_model: bytes, model_type: str, out: str | Path) -> None:
+    """Write a plain tokenizer folder (tokenizer.json, tokenizer_config.json, special_tokens_map.json)
+    from a SentencePiece model trained by `corpus_tools.vocab` with --kind plain."""
+    import sentencepiece as spm
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    sp = spm.SentencePieceProcessor(model_proto=spm_model)
+    for i, name in enumerate(SPECIALS):
+        if sp.id_to_piece(i) != name:
+            raise ValueError(f"id {i} of the SentencePiece model is {sp.id_to_piece(i)!r}, expected {name!r}")
+    n = sp.get_piece_size()
+    pieces = [sp.id_to_piece(i) for i in range(n)]
+    if model_type == "bpe":
+        from korbert.tokenizer import _bpe_merges  # (imports no Kiwi)
+
+        model = models.BPE(vocab={p: i for i, p in enumerate(pieces)}, merges=_bpe_merges(sp), unk_token="[UNK]",
+                           byte_fallback=True, fuse_unk=False)
+    else:  # control, unused and byte pieces never win on their own spelling; byte fallback finds bytes by name
+        never = -1e9
+        model = models.Unigram([(p, never if (sp.is_control(i) or sp.is_unused(i) or sp.is_byte(i)) else sp.get_score(i))
+                                for i, p in enumerate(pieces)], unk_id=sp.unk_id(), byte_fallback=True)
+    backend = Tokenizer(model)
+    backend.normalizer = normalizers.NFC()
+    # words at whitespace (their offsets hold no space), then "▁" before each, as SentencePiece trained
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=False)])
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", sp.piece_to_id("[CLS]")), ("[SEP]", sp.piece_to_id("[SEP]"))],
+    )
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]", clean_up_tokenization_spaces=False, model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+        **{KIND_KEY: "plain", "korbert_plain_version": VERSION},
+    )
+    tok.save_pretrained(str(out))

@@ -1,0 +1,242 @@
+"""The tokenizer kinds of `korbert vocab --kind`. morpheme-attached: no word-start "▁" stands alone,
+at the same vocabulary size, with fewer tokens and the same offsets and decoding. plain
+(korbert/plain.py): SentencePiece over the NFC text, no Kiwi. Its vocabulary is deterministic and built without Kiwi; its folder is a standard
+fast tokenizer that AutoTokenizer loads with neither korbert nor Kiwi importable; its shards split
+sentences at punctuation and mask whole eojeols, without Kiwi; and `korbert run --set
+vocab.kind=plain` runs every stage with kiwipiepy unimportable. Real SentencePiece, tokenizers,
+transformers; the sample's text."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import sample_texts, write_jsonl
+
+ROOT = Path(__file__).resolve().parent.parent
+TEXTS = ["영화가 정말 재미있었다. 배우들의 연기도 좋았고 음악도 좋았다.", "별로였어요", "다시 보고  싶은 영화입니다!! 강추", "신용 대출을 신청하고 싶어요"]
+
+
+def blocked(tmp: Path, *modules: str) -> dict:
+    """An environment where importing each of `modules` fails (shadowed on PYTHONPATH)."""
+    d = tmp / ("blocked-" + "-".join(modules))
+    d.mkdir(exist_ok=True)
+    for m in modules:
+        (d / f"{m}.py").write_text(f'raise ImportError("{m} is not installed here (test)")\n', encoding="utf-8")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(d), str(ROOT)])}
+
+
+def korbert_cli(args: list[str], env: dict, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, "-m", "korbert.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+@pytest.fixture(scope="module")
+def plain_dir(tmp_path_factory, corpus_file) -> Path:
+    """A plain vocabulary of the session corpus, built in a process where kiwipiepy cannot be imported."""
+    tmp = tmp_path_factory.mktemp("plain")
+    out = tmp / "vocab"
+    korbert_cli(["vocab", "--kind", "plain", "--inputs", str(corpus_file), "--out", str(out), "--vocab-size", "3000",
+                 "--num-unused", "5", "--show", "0"], blocked(tmp, "kiwipiepy"), tmp)
+    return out
+
+
+@pytest.fixture(scope="module")
+def plain(plain_dir):
+    from korbert import foreign
+
+    return foreign.load(plain_dir, "test")
+
+
+def test_the_plain_vocabulary_is_deterministic_and_needs_no_kiwi(plain_dir, corpus_file, tmp_path):
+    from corpus_tools.vocab import VocabConfig, main
+
+    again = tmp_path / "again"
+    m = main(VocabConfig(inputs=[str(corpus_file)], out=str(again), vocab_size=3000, num_unused=5, show=0, kind="plain"))
+    for name in ("spm.model", "tokenizer.json", "tokenizer_config.json"):
+        assert (again / name).read_bytes() == (plain_dir / name).read_bytes(), name
+    first = json.loads((plain_dir / "manifest.json").read_text())
+    assert m["tokenizer_hash"] == first["tokenizer_hash"] and first["config"]["kind"] == "plain" and "kiwi" not in first["config"]
+    assert first["counts"]["vocab_size"] == 3000 and "seconds_kiwi" not in first["counts"]
+    # another seed samples the same small corpus whole, so: another corpus gives another vocabulary
+    other = main(VocabConfig(inputs=[str(write_jsonl(tmp_path / "other.jsonl", sample_texts(3000)[::-1][:2000]))],
+                             out=str(tmp_path / "other"), vocab_size=3000, num_unused=5, show=0, kind="plain"))
+    assert other["tokenizer_hash"] != m["tokenizer_hash"]
+
+
+def test_autotokenizer_loads_a_plain_folder_with_neither_korbert_nor_kiwi(plain_dir, plain, tmp_path):
+    import unicodedata
+
+    texts = TEXTS + [unicodedata.normalize("NFD", TEXTS[0])]
+    script = (
+        "import json, sys\n"
+        "from transformers import AutoTokenizer\n"
+        f"tok = AutoTokenizer.from_pretrained({str(plain_dir)!r})\n"
+        f"enc = tok({texts!r}, return_offsets_mapping=True)\n"
+        "pair = tok('가', '나')\n"
+        "print(json.dumps({'ids': enc['input_ids'], 'offsets': enc['offset_mapping'], 'pair': pair['input_ids'],\n"
+        "                  'types': pair['token_type_ids'], 'cls': type(tok).__name__,\n"
+        "                  'decoded': [tok.decode(i, skip_special_tokens=True) for i in enc['input_ids']]}))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=blocked(tmp_path, "korbert", "corpus_tools", "kiwipiepy"),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    ref = plain(texts, return_offsets_mapping=True)
+    assert out["ids"] == ref["input_ids"] and out["cls"] != "KorBertTokenizer"
+    assert out["ids"][-1] == out["ids"][0]  # NFD input: the same tokens as its NFC form
+    assert out["pair"][0] == 2 and out["pair"].count(3) == 2 and out["types"][-1] == 1  # [CLS] A [SEP] B [SEP] at korbert's ids
+    for text, offsets, ids in zip(texts[:-1], out["offsets"], out["ids"]):  # NFC text: exact spans
+        pieces = plain.convert_ids_to_tokens(ids)[1:-1]
+        spans = [text[a:b] for (a, b), p in zip(offsets[1:-1], pieces) if p != "▁"]  # a lone "▁" spans the next character
+        assert all(s and not s.isspace() for s in spans)  # offsets index the string given, and never hold a space
+        assert "".join(spans) == "".join(text.split())
+    # NFD text: tokenizers' NFC can end a span inside a decomposed syllable (huggingface/tokenizers#1201),
+    # but the spans stay inside the string, in order
+    nfd_offsets = out["offsets"][-1][1:-1]
+    assert all(0 <= a < b <= len(texts[-1]) for a, b in nfd_offsets) and [a for a, _ in nfd_offsets] == sorted(a for a, _ in nfd_offsets)
+    assert out["decoded"][:4] == [" ".join(t.split()) for t in TEXTS]  # decodes back to the text (whitespace runs as one space)
+
+
+def test_plain_documents_split_sentences_at_punctuation_and_eojeols_at_spaces_without_kiwi(plain):
+    from korbert.foreign import DocumentEncoder
+    from korbert.plain import sentence_starts
+
+    assert sentence_starts("좋다. 정말!! 그래?") == [0, 4, 9] and sentence_starts("끝.") == [0]
+    assert sentence_starts('그는 "가자." 했다') == [0, 9]  # a closing quote stays with its sentence
+    enc = DocumentEncoder(plain)
+    assert enc.plain
+    encs = enc.encode_documents(TEXTS)
+    ref = plain(TEXTS, add_special_tokens=False)
+    for i, (text, e) in enumerate(zip(TEXTS, encs)):
+        assert e["ids"].tolist() == ref["input_ids"][i]
+        for k in range(1, len(e["ids"])):  # a new eojeol exactly where whitespace came before the token
+            gap = text[e["offsets"][k - 1][1] : e["offsets"][k][0]]
+            assert (e["eojeol"][k] != e["eojeol"][k - 1]) == (gap != "" and gap.strip() == "")
+        assert e["morpheme"].tolist() == ref.word_ids(i)  # the tokenizer's words: the eojeols
+    assert encs[0]["sentence"].max() == 1 and encs[1]["sentence"].max() == 0 and encs[2]["sentence"].max() == 1
+
+
+def test_plain_shards_without_kiwi_mask_whole_eojeols(plain_dir, plain, corpus_file, tmp_path):
+    from corpus_tools.masking import instance_keys, mask_batch
+    from corpus_tools.shard_format import MaskConfig
+    from korbert.foreign import DocumentEncoder
+
+    out = tmp_path / "shards"
+    korbert_cli(["shards", "--tokenizer", str(plain_dir), "--inputs", str(corpus_file), "--out", str(out), "--mask-unit", "eojeol",
+                 "--valid-fraction", "0.05", "--show", "0"], blocked(tmp_path, "kiwipiepy"), tmp_path)
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["tokenizer_hash"] == json.loads((plain_dir / "manifest.json").read_text())["tokenizer_hash"]
+    assert m["counts"]["train"]["instances"] > 1000 and m["config"]["mask_unit"] == "eojeol"
+
+    mcfg = MaskConfig.from_tokenizer(plain, 0.3)
+    split = 0
+    for seed, e in enumerate(DocumentEncoder(plain).encode_documents(sample_texts(200))):
+        if len(e["ids"]) < 4:
+            continue
+        _, masked = mask_batch(e["ids"], np.array([len(e["ids"])]), instance_keys(seed, 0, np.array([0])), e["eojeol"], mcfg)
+        for w in np.unique(e["eojeol"]):
+            chosen = masked[e["eojeol"] == w]
+            split += bool(chosen.any() and not chosen.all())
+    assert split == 0
+
+
+def test_the_recipe_runs_the_plain_kind_end_to_end_without_kiwi(corpus_file, tmp_path):
+    from test_recipe import TINY
+
+    out = tmp_path / "run"
+    korbert_cli(["run", "--preset", "demo", "--out", str(out), "--corpus", str(corpus_file), "--set", *TINY, "vocab.kind=plain"],
+                blocked(tmp_path, "kiwipiepy"), tmp_path, timeout=900)
+    report = json.loads((out / "report.json").read_text())
+    assert report["corpus"]["tokenizer_kind"] == "plain"
+    assert "of plain SentencePiece pieces (no Kiwi)" in (out / "report.md").read_text()
+    assert all(row["korquad_f1"] is not None for row in report["table"][:2])
+    assert list(json.loads((out / "nsmc" / "baseline" / "results.json").read_text())["baselines"]) == ["char"]  # no Kiwi n-grams
+    final = out / "pretrain" / "final"
+    assert json.loads((final / "manifest.json").read_text())["tokenizer_kind"] == "plain"
+    card = (final / "README.md").read_text()
+    assert "a plain SentencePiece vocabulary" in card and "kiwi" not in card.split("---")[1]
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(str(final))("영화 좋다")["input_ids"][0] == 2
+
+
+@pytest.fixture(scope="module")
+def attached_dir(tmp_path_factory, corpus_file) -> Path:
+    """The morpheme-attached vocabulary of the session corpus, the size of the `vocab_dir` fixture's."""
+    from corpus_tools.vocab import VocabConfig, main
+
+    out = tmp_path_factory.mktemp("attached")
+    main(VocabConfig(inputs=[str(corpus_file)], out=str(out), vocab_size=3000, num_unused=5, show=0, kind="morpheme-attached"))
+    return out
+
+
+def test_the_attached_kind_never_leaves_a_word_start_alone_and_keeps_offsets_and_decoding(attached_dir, vocab_dir, corpus_file, tmp_path):
+    from corpus_tools import SAMPLE_DATA
+    from corpus_tools.guard import korquad_contexts
+    from corpus_tools.vocab import VocabConfig, main
+    from korbert.tokenizer import KorBertTokenizer
+
+    attached, morpheme = KorBertTokenizer.from_pretrained(attached_dir), KorBertTokenizer.from_pretrained(vocab_dir)
+    assert len(attached) == len(morpheme) == 3000
+    texts = [" ".join(t.split()) for t in sample_texts(3500)[3000:]] + [" ".join(c.split()) for _, c in korquad_contexts(SAMPLE_DATA / "korquad_dev.json")]
+    lone, tokens = {}, {}
+    for name, tok in (("attached", attached), ("morpheme", morpheme)):
+        enc = tok(texts, add_special_tokens=False, return_offsets_mapping=True)
+        lone[name] = tokens[name] = 0
+        for text, ids, offsets in zip(texts, enc["input_ids"], enc["offset_mapping"]):
+            pieces = tok.convert_ids_to_tokens(ids)
+            tokens[name] += len(pieces)
+            for k, p in enumerate(pieces):
+                if p == "▁":
+                    lone[name] += 1
+                    if name == "attached":  # only before a character the vocabulary lacks (byte fallback)
+                        assert k + 1 < len(pieces) and pieces[k + 1].startswith("<0x"), (text, pieces[k : k + 2])
+            assert tok.decode(ids) == text  # decodes back to the text
+            spans = [tuple(o) for o, p in zip(offsets, pieces) if p != "▁"]
+            spans = [o for k, o in enumerate(spans) if k == 0 or o != spans[k - 1]]  # a character's byte pieces share its span
+            assert "".join(text[a:b] for a, b in spans) == text.replace(" ", "")  # the offsets cover the text exactly, spaces aside
+    assert lone["morpheme"] > 0.05 * tokens["morpheme"] and lone["attached"] < 0.01 * tokens["attached"]
+    assert tokens["attached"] < 0.95 * tokens["morpheme"]
+
+    # trained as the morpheme kind is: no piece holds the morpheme delimiter, a text's first word has no "▁"
+    from corpus_tools.vocab import DELIM
+
+    assert not any(DELIM in p for p in attached.get_vocab()) and not any(DELIM in p for p in morpheme.get_vocab())
+    assert all(not attached.convert_ids_to_tokens(attached(t, add_special_tokens=False)["input_ids"])[0].startswith("▁") for t in texts)
+    m = json.loads((attached_dir / "manifest.json").read_text())
+    assert m["config"]["kind"] == "morpheme-attached"
+    again = main(VocabConfig(inputs=[str(corpus_file)], out=str(tmp_path / "again"), vocab_size=3000, num_unused=5, show=0,
+                             kind="morpheme-attached", force=True))
+    assert again["tokenizer_hash"] == m["tokenizer_hash"]
+    assert (tmp_path / "again" / "tokenizer.json").read_bytes() == (attached_dir / "tokenizer.json").read_bytes()
+
+
+def test_a_vocabulary_of_another_kind_is_rebuilt_and_an_older_morpheme_one_is_not(vocab_dir, corpus_file, tmp_path, capsys):
+    """The default kind leaves the vocabulary's identity as before (folders built before --kind stay
+    up to date); another kind in the same folder is another vocabulary, and korbert's own class
+    refuses to load it."""
+    import shutil
+
+    from corpus_tools.vocab import VocabConfig, main
+    from korbert.tokenizer import KorBertTokenizer
+
+    old = json.loads((vocab_dir / "manifest.json").read_text())
+    assert "kind" not in old["config"]
+    folder = tmp_path / "v"
+    shutil.copytree(vocab_dir, folder)
+    capsys.readouterr()
+    main(VocabConfig(inputs=[str(corpus_file)], out=str(folder), vocab_size=3000, num_unused=5, show=0))
+    assert "vocabulary up to date" in capsys.readouterr().out
+    m = main(VocabConfig(inputs=[str(corpus_file)], out=str(folder), vocab_size=3000, num_unused=5, show=0, kind="plain"))
+    assert "up to date" not in capsys.readouterr().out and m["tokenizer_hash"] != old["tokenizer_hash"]
+    assert not (folder / "special_tokens_map.json").exists() or json.loads((folder / "tokenizer_config.json").read_text())["korbert_kind"] == "plain"
+    with pytest.raises(ValueError, match="not a korbert .*AutoTokenizer"):
+        KorBertTokenizer.from_pretrained(folder)
