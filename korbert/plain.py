@@ -25,7 +25,6 @@ from pathlib import Path
 
 KIND_KEY = "korbert_kind"  # in tokenizer_config.json: "plain" for this kind (absent otherwise)
 VERSION = 1  # the sentence splitter and the pipeline below: in tokenizer_config.json, so in the fingerprint
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 _SENTENCE_END = re.compile(r"[.!?…。]+[\"'”’)\]]*(?:\s+|$)|\n+")
 
 
@@ -66,36 +65,17 @@ def sentences(text: str) -> list[str]:
 def save_plain(spm_model: bytes, model_type: str, out: str | Path) -> None:
     """Write a plain tokenizer folder (tokenizer.json, tokenizer_config.json, special_tokens_map.json)
     from a SentencePiece model trained by `corpus_tools.vocab` with --kind plain."""
-    import sentencepiece as spm
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers import decoders, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    sp = spm.SentencePieceProcessor(model_proto=spm_model)
-    for i, name in enumerate(SPECIALS):
-        if sp.id_to_piece(i) != name:
-            raise ValueError(f"id {i} of the SentencePiece model is {sp.id_to_piece(i)!r}, expected {name!r}")
-    n = sp.get_piece_size()
-    pieces = [sp.id_to_piece(i) for i in range(n)]
-    if model_type == "bpe":
-        from korbert.tokenizer import _bpe_merges  # (imports no Kiwi)
+    from korbert.tokenizer import spm_backend  # (imports no Kiwi)
 
-        model = models.BPE(vocab={p: i for i, p in enumerate(pieces)}, merges=_bpe_merges(sp), unk_token="[UNK]",
-                           byte_fallback=True, fuse_unk=False)
-    else:  # control, unused and byte pieces never win on their own spelling; byte fallback finds bytes by name
-        never = -1e9
-        model = models.Unigram([(p, never if (sp.is_control(i) or sp.is_unused(i) or sp.is_byte(i)) else sp.get_score(i))
-                                for i, p in enumerate(pieces)], unk_id=sp.unk_id(), byte_fallback=True)
-    backend = Tokenizer(model)
+    backend = spm_backend(spm_model, model_type)
     backend.normalizer = normalizers.NFC()
     # words at whitespace (their offsets hold no space), then "▁" before each, as SentencePiece trained
     backend.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=False)])
     backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
-    backend.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", sp.piece_to_id("[CLS]")), ("[SEP]", sp.piece_to_id("[SEP]"))],
-    )
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
     tok = PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
         mask_token="[MASK]", clean_up_tokenization_spaces=False, model_input_names=["input_ids", "token_type_ids", "attention_mask"],

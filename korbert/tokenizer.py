@@ -133,38 +133,9 @@ class KorBertTokenizer(CachedEncoding, TokenizersBackend):
         `corpus_tools.vocab`. `attached` (unigram): word-start pieces ("▁" + a piece) appended after
         the model's own, with their scores, and the lone "▁" never chosen on its own (the
         morpheme-attached kind: corpus_tools.vocab.attach_markers)."""
-        import sentencepiece as spm
-
-        sp = spm.SentencePieceProcessor(model_file=str(spm_path))
-        for i, tok in enumerate(SPECIAL_TOKENS):
-            if sp.id_to_piece(i) != tok:
-                raise ValueError(f"{spm_path}: id {i} is {sp.id_to_piece(i)!r}, expected {tok!r}")
-        n = sp.get_piece_size()
-        pieces = [sp.id_to_piece(i) for i in range(n)]
-        if model_type == "bpe":
-            if attached:
-                raise ValueError("attached word-start pieces need a unigram model")
-            vocab = {p: i for i, p in enumerate(pieces)}
-            model = models.BPE(vocab=vocab, merges=_bpe_merges(sp), unk_token="[UNK]", byte_fallback=True, fuse_unk=False)
-        else:
-            # Control, unused and byte pieces must never win the Viterbi search on their own
-            # spelling (a text containing "<0x41>"); byte fallback finds them by name.
-            never = -1e9
-            vocab = [
-                (p, never if (sp.is_control(i) or sp.is_unused(i) or sp.is_byte(i) or (attached and p == SPACE)) else sp.get_score(i))
-                for i, p in enumerate(pieces)
-            ] + list((attached or {}).items())
-            model = models.Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=True)
-        backend = Tokenizer(model)
+        backend = spm_backend(Path(spm_path).read_bytes(), model_type, attached, where=str(spm_path))
         backend.pre_tokenizer = _placeholder_pre_tokenizer()
         backend.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
-        cls_id, sep_id = sp.piece_to_id("[CLS]"), sp.piece_to_id("[SEP]")
-        backend.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]",
-            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
-        )
-        backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
         tok = cls(tokenizer_object=backend, kiwi_options=kiwi_options)
         tok._spm_path = str(spm_path)
         return tok
@@ -345,6 +316,44 @@ class KorBertTokenizer(CachedEncoding, TokenizersBackend):
 def _existing(folder: Any, name: str) -> str | None:
     p = Path(str(folder), name) if folder else None
     return str(p) if p and p.is_file() else None
+
+
+def spm_backend(model_proto: bytes, model_type: str = "unigram", attached: dict[str, float] | None = None,
+                where: str = "the SentencePiece model") -> Tokenizer:
+    """A `tokenizers` backend from a SentencePiece model trained by `corpus_tools.vocab`: its pieces
+    (unigram scores, or bpe merges), byte fallback, BERT's [CLS] A [SEP] / [CLS] A [SEP] B [SEP]
+    and the five specials at ids 0..4. The caller sets the normalizer, pre-tokenizer and decoder
+    (the morpheme kinds: `KorBertTokenizer.from_spm`; the plain kind: korbert/plain.py).
+    `attached` (unigram): pieces appended after the model's own with their scores, and "▁" alone
+    never chosen (the morpheme-attached kind)."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    for i, tok in enumerate(SPECIAL_TOKENS):
+        if sp.id_to_piece(i) != tok:
+            raise ValueError(f"{where}: id {i} is {sp.id_to_piece(i)!r}, expected {tok!r}")
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    if model_type == "bpe":
+        if attached:
+            raise ValueError("attached word-start pieces need a unigram model")
+        model = models.BPE(vocab={p: i for i, p in enumerate(pieces)}, merges=_bpe_merges(sp), unk_token="[UNK]",
+                           byte_fallback=True, fuse_unk=False)
+    else:
+        # Control, unused and byte pieces must never win the Viterbi search on their own
+        # spelling (a text containing "<0x41>"); byte fallback finds them by name.
+        never = -1e9
+        vocab = [
+            (p, never if (sp.is_control(i) or sp.is_unused(i) or sp.is_byte(i) or (attached and p == SPACE)) else sp.get_score(i))
+            for i, p in enumerate(pieces)
+        ] + list((attached or {}).items())
+        model = models.Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=True)
+    backend = Tokenizer(model)
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", sp.piece_to_id("[CLS]")), ("[SEP]", sp.piece_to_id("[SEP]"))],
+    )
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    return backend
 
 
 def _tokenizer_class(folder) -> str | None:
