@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
+from evals.tokenizer_metrics import answer_alignment, text_stats  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 KINDS = ("morpheme", "morpheme-attached", "plain")
@@ -90,43 +91,6 @@ def held_out(korquad: Path, nsmc_test: Path) -> tuple[dict[str, list[str]], list
     return {"korquad_contexts": contexts, "nsmc_test_reviews": reviews}, answers
 
 
-def text_stats(tok, texts: list[str], batch: int = 256) -> dict:
-    tokens = chars = byte = lone = starts = 0
-    for i in range(0, len(texts), batch):
-        part = texts[i : i + batch]
-        enc = tok(part, add_special_tokens=False)
-        for ids in enc["input_ids"]:
-            pieces = tok.convert_ids_to_tokens(ids)
-            tokens += len(pieces)
-            byte += sum(p.startswith("<0x") and p.endswith(">") and len(p) == 6 for p in pieces)
-            lone += sum(p == "▁" for p in pieces)
-            starts += sum(p.startswith("▁") for p in pieces)
-        chars += sum(len(t) for t in part)
-    return {"characters": chars, "tokens": tokens, "tokens_per_char": round(tokens / chars, 4),
-            "byte_fallback_share": round(byte / tokens, 5), "lone_marker_share_of_tokens": round(lone / tokens, 4),
-            "lone_marker_share_of_word_starts": round(lone / max(starts, 1), 4)}
-
-
-def alignment(tok, answers: list[tuple[str, int, str]]) -> dict:
-    """Share of answers whose span starts and ends on token boundaries (by the tokenizer's offsets)."""
-    by_context: dict[str, list[tuple[int, int]]] = {}
-    for ctx, start, text in answers:
-        by_context.setdefault(ctx, []).append((start, start + len(text)))
-    ok = n = 0
-    contexts = list(by_context)
-    for i in range(0, len(contexts), 64):
-        part = contexts[i : i + 64]
-        enc = tok(part, add_special_tokens=False, return_offsets_mapping=True)
-        for ctx, ids, offsets in zip(part, enc["input_ids"], enc["offset_mapping"]):
-            pieces = tok.convert_ids_to_tokens(ids)
-            spans = [(a, b) for (a, b), p in zip(offsets, pieces) if p != "▁"]  # a lone "▁" bounds no text (plain's spans a character)
-            begins, ends = {a for a, _ in spans}, {b for _, b in spans}
-            for s, e in by_context[ctx]:
-                n += 1
-                ok += s in begins and e in ends
-    return {"answers": n, "aligned": ok, "aligned_share": round(ok / max(n, 1), 4)}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", nargs="+", default=[str(SHARED / "corpus" / f) for f in ("reviews.jsonl.gz", "petitions.jsonl.gz", "kowiki.jsonl.gz")])
@@ -161,7 +125,7 @@ def main() -> None:
             "preprocessing": {"vocab_cpu_s_per_MB": round(vocab_cpu / mb, 3), "shards_cpu_s_per_MB": round(shards_cpu / mb, 3),
                               "vocab_wall_s": round(vocab_wall, 1), "shards_wall_s": round(shards_wall, 1)},
             "held_out": {name: text_stats(tok, t) for name, t in texts.items()},
-            "korquad_answer_alignment": alignment(tok, answers),
+            "korquad_answer_alignment": answer_alignment(tok, answers),
         }
         r = results[kind]
         for name, h in r["held_out"].items():

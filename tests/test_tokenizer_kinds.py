@@ -240,3 +240,40 @@ def test_a_vocabulary_of_another_kind_is_rebuilt_and_an_older_morpheme_one_is_no
     assert not (folder / "special_tokens_map.json").exists() or json.loads((folder / "tokenizer_config.json").read_text())["korbert_kind"] == "plain"
     with pytest.raises(ValueError, match="not a korbert .*AutoTokenizer"):
         KorBertTokenizer.from_pretrained(folder)
+
+
+def hand_made_tokenizer(pieces: dict[str, float]):
+    """A real fast tokenizer whose segmentation the test chooses: a Unigram model over `pieces`
+    (scores), words at whitespace, "▁" before each (Metaspace), as the plain kind."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.Unigram([("[UNK]", 0.0), *pieces.items()], unk_id=0))
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=False)])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
+
+
+def test_answer_alignment_and_text_stats_on_hand_made_cases():
+    from evals.tokenizer_metrics import answer_alignment, text_stats
+
+    # 서울에서 as one piece cannot hold the answer 서울; 서울 | 에서 can
+    whole = hand_made_tokenizer({"▁서울에서": -1.0, "▁열렸다": -1.0, "▁": -2.0, "서울": -3.0, "에서": -3.0})
+    split = hand_made_tokenizer({"▁서울": -1.0, "에서": -1.0, "▁열렸다": -1.0, "▁": -2.0, "서울에서": -5.0})
+    ctx = "서울에서 열렸다"
+    answers = [(ctx, 0, "서울"), (ctx, 0, "서울에서"), (ctx, 5, "열렸다"), (ctx, 5, "열렸")]
+    assert whole.convert_ids_to_tokens(whole(ctx)["input_ids"]) == ["▁서울에서", "▁열렸다"]
+    assert answer_alignment(whole, answers) == {"answers": 4, "aligned": 2, "aligned_share": 0.5}
+    assert answer_alignment(split, answers) == {"answers": 4, "aligned": 3, "aligned_share": 0.75}
+
+    # a lone "▁" spans the next character in a Metaspace tokenizer: it is no boundary of the text
+    lone = hand_made_tokenizer({"▁가": -1.0, "▁": -2.0, "나다": -2.0, "나": -5.0, "다": -5.0})
+    ctx = "가 나다"
+    assert lone.convert_ids_to_tokens(lone(ctx)["input_ids"]) == ["▁가", "▁", "나다"]
+    assert lone(ctx, return_offsets_mapping=True)["offset_mapping"][1] == (2, 3)  # the lone "▁" over 나
+    assert answer_alignment(lone, [(ctx, 2, "나"), (ctx, 2, "나다")]) == {"answers": 2, "aligned": 1, "aligned_share": 0.5}
+
+    s = text_stats(lone, ["가 나다", "가"])
+    assert (s["characters"], s["tokens"]) == (5, 4) and s["tokens_per_char"] == 0.8
+    assert s["lone_marker_share_of_tokens"] == 0.25 and s["lone_marker_share_of_word_starts"] == round(1 / 3, 4)
+    assert s["byte_fallback_share"] == 0
