@@ -239,25 +239,22 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
     (out / "manifest.json").unlink(missing_ok=True)  # the folder is unfinished until the manifest is back
     from corpus_tools.artifacts import atomic_write_bytes
 
-    SPM_FILE = "spm.model"
+    from korbert.tokenizer import SPM_FILE, KorBertTokenizer  # (imports no Kiwi)
+
     atomic_write_bytes(out / SPM_FILE, model_bytes)
     if cfg.kind == "plain":
-        from korbert.folders import tokenizer_files_sha256
+        from korbert.folders import TOKENIZER_FILES, tokenizer_files_sha256
         from korbert.plain import save_plain
-
-        from korbert.folders import TOKENIZER_FILES
 
         for name in TOKENIZER_FILES:  # files of an earlier tokenizer here would count in the fingerprint
             if name != SPM_FILE:
                 (out / name).unlink(missing_ok=True)
-        save_plain(model_bytes, cfg.model_type, out)
-        size, fingerprint = _piece_count(model_bytes), tokenizer_files_sha256(out)  # what the shards will record (korbert.foreign)
+        tok = save_plain(model_bytes, cfg.model_type, out)
+        fingerprint = tokenizer_files_sha256(out)  # what the shards will record (korbert.foreign)
     else:
-        from korbert.tokenizer import KorBertTokenizer
-
         tok = KorBertTokenizer.from_spm(out / SPM_FILE, cfg.model_type, dict(DEFAULT_KIWI), attached=attached)
         tok.save_pretrained(str(out))
-        size, fingerprint = len(tok), tok.fingerprint
+        fingerprint = tok.fingerprint
     counts = {
         **stats.as_dict(),
         "characters": chars,
@@ -265,7 +262,7 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
         "characters_sampled": sampled_chars,
         "sentences": seen,
         "sentences_trained_on": len(lines),
-        "vocab_size": size,
+        "vocab_size": len(tok),
         "seconds_read": round(t_read, 1),
         "seconds_sentences" if cfg.kind == "plain" else "seconds_kiwi": round(t_kiwi, 1),
         "seconds_sentencepiece": round(t_spm, 1),
@@ -282,7 +279,7 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
     )
     skipped = sum(stats.skipped.values())
     print(
-        f"vocab ({cfg.kind}): {size} tokens from {seen} sentences of {len(docs)} sampled documents of {stats.documents_out} "
+        f"vocab ({cfg.kind}): {len(tok)} tokens from {seen} sentences of {len(docs)} sampled documents of {stats.documents_out} "
         f"({skipped} skipped{': ' + str(dict(stats.skipped)) if skipped else ''}) "
         f"in {time.time() - t0:.1f}s -> {out} (tokenizer {manifest['tokenizer_hash'][:12]})"
     )
@@ -354,12 +351,6 @@ def plain_sentences(texts: list[str]) -> list[str]:
     from korbert.plain import sentences
 
     return [s for t in texts for s in sentences(t)]
-
-
-def _piece_count(model_bytes: bytes) -> int:
-    import sentencepiece as spm
-
-    return spm.SentencePieceProcessor(model_proto=model_bytes).get_piece_size()
 
 
 def train_spm(lines: list[str], cfg: VocabConfig, threads: int) -> bytes:

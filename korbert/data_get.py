@@ -47,6 +47,7 @@ import re
 import sys
 import tarfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -388,26 +389,22 @@ def get(names: list[str], folder: Path, mirror: str | None = None, progress: boo
         return _get(want, folder, mirror, progress, replace)
 
 
+@contextmanager
 def _locked(folder: Path):
     """One `korbert data get` at a time per data folder (a shared filesystem: the manifest is read,
     changed and written back)."""
-    import contextlib
     import fcntl
 
-    @contextlib.contextmanager
-    def held():
-        with open(folder / ".korbert-data.lock", "a+") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                print(f"{folder}: another `korbert data get` is filling this folder; waiting for it", file=sys.stderr)
-                fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-
-    return held()
+    with open(folder / ".korbert-data.lock", "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"{folder}: another `korbert data get` is filling this folder; waiting for it", file=sys.stderr)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _get(want: list[str], folder: Path, mirror: str | None, progress: bool, replace: bool) -> dict:
@@ -427,8 +424,8 @@ def _get(want: list[str], folder: Path, mirror: str | None, progress: bool, repl
         for i, r in enumerate(d.remotes):
             dest = folder / r.rel
             known = manifest["files"].get(r.rel, {})
-            if known and (known.get("url"), known.get("revision")) != (r.url, r.revision) and dest.is_file():
-                dest.unlink()  # fetched under an earlier pin: another file now
+            if known and (known.get("url"), known.get("revision")) != (r.url, r.revision):
+                dest.unlink(missing_ok=True)  # fetched under an earlier pin: another file now
                 known = {}
             exp = _expected_cached(r, known, dest, mirror, mirrored)
             if not replace:
@@ -467,13 +464,13 @@ def _get(want: list[str], folder: Path, mirror: str | None, progress: bool, repl
             except (tarfile.TarError, EOFError, OSError, ValueError, KeyError) as e:  # a bad archive or parquet: one line
                 raise InputError(f"{n}: cannot derive {', '.join(d.outputs)} from {', '.join(str(p) for p in paths.values())} "
                                  f"({type(e).__name__}: {' '.join(str(e).split())})") from None
+            digests = {rel: file_digests(folder / rel) for rel in d.outputs}
             manifest["datasets"][n] = {
                 "about": d.about, "inputs": inputs, "counts": counts, "seconds": round(time.time() - t0, 1),
-                "outputs": {rel: sha256_file(folder / rel) for rel in d.outputs},
+                "outputs": {rel: dg["sha256"] for rel, dg in digests.items()},
             }
-            for rel in d.outputs:
-                manifest["files"][rel] = {**file_digests(folder / rel), "derived_from": sorted(k for k in inputs if k != "derivation"),
-                                      "pinned_by": "derived here"}
+            for rel, dg in digests.items():
+                manifest["files"][rel] = {**dg, "derived_from": sorted(k for k in inputs if k != "derivation"), "pinned_by": "derived here"}
             atomic_write_json(folder / MANIFEST, manifest)
             print(f"{n}: {json.dumps(counts, ensure_ascii=False)}", file=sys.stderr)
         else:
@@ -483,11 +480,10 @@ def _get(want: list[str], folder: Path, mirror: str | None, progress: bool, repl
 
 
 def _expected_cached(r: Remote, known: dict, dest: Path, mirror: str | None, mirrored: Callable[[], dict]) -> dict:
-    """A file fetched before from this same URL and revision, and still on disk, is held to what was
-    recorded for it: no network to re-check it (the Hub's checksum was read when it was fetched).
-    A changed pin is another file: fetched again."""
-    same = known.get("url") == r.url and known.get("revision") == r.revision
-    if not (r.git_blob or r.sha256) and same and known.get("sha256") and dest.is_file():
+    """A file fetched before (`known`: its record, from this same URL and revision) and still on
+    disk is held to what was recorded for it: no network to re-check it (the Hub's checksum was
+    read when it was fetched)."""
+    if not (r.git_blob or r.sha256) and known.get("sha256") and dest.is_file():
         return {"sha256": known["sha256"], "size": known.get("bytes"), "pinned_by": known.get("pinned_by", "the manifest")}
     return _expected(r, mirror, mirrored)
 

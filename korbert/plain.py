@@ -62,9 +62,9 @@ def sentences(text: str) -> list[str]:
     return [s for s in out if s]
 
 
-def save_plain(spm_model: bytes, model_type: str, out: str | Path) -> None:
+def save_plain(spm_model: bytes, model_type: str, out: str | Path):
     """Write a plain tokenizer folder (tokenizer.json, tokenizer_config.json, special_tokens_map.json)
-    from a SentencePiece model trained by `corpus_tools.vocab` with --kind plain."""
+    from a SentencePiece model trained by `corpus_tools.vocab` with --kind plain; -> the tokenizer."""
     from tokenizers import decoders, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -82,3 +82,4 @@ def save_plain(spm_model: bytes, model_type: str, out: str | Path) -> None:
         **{KIND_KEY: "plain", "korbert_plain_version": VERSION},
     )
     tok.save_pretrained(str(out))
+    return tok
