@@ -190,11 +190,10 @@ def test_503_once_is_retried(server, tmp_path):
 
 def test_404_fails_at_once_in_one_line(server, tmp_path):
     url = server.base + "/missing.txt"
-    t = time.perf_counter()
     with pytest.raises(DownloadError) as e:
-        fetch(url, tmp_path / "missing.txt", retries=5, backoff=1.0, progress=False)  # a retry would wait 1 s
+        fetch(url, tmp_path / "missing.txt", retries=5, backoff=1.0, progress=False)
     assert str(e.value) == f"{url}: HTTP 404 Not Found"
-    assert len(server.requests) == 1 and time.perf_counter() - t < 1.0
+    assert len(server.requests) == 1  # no retry: one request (no wall-clock bound on 2 shared cores)
     assert not (tmp_path / "missing.txt").exists() and _no_part(tmp_path / "missing.txt")
 
 
