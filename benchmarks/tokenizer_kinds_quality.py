@@ -1,0 +1,306 @@
+"""Does morphology pay? The `cpu` preset once per tokenizer kind, scored over several fine-tuning seeds.
+
+    python benchmarks/tokenizer_kinds_quality.py --kinds morpheme plain morpheme-attached --steps N --seeds 42 43
+
+For each kind this runs
+
+    korbert run --preset cpu --out WORK-KIND --set vocab.kind=KIND pretrain.max_minutes=0 pretrain.max_steps=N
+        pretrain.precision=fp32 nsmc.seed=S1 korquad.seed=S1
+
+and then, on the model that run pretrained, NSMC-R and KorQuAD again for every further seed, each
+with its own random-init control (the run's fine-tuning settings from its recipe-config.json, only
+the seed and the output folder changed). A step budget, not the preset's 30 minutes: every kind gets
+the same optimizer steps of the same batch shape whatever the machine or what else runs on it, so
+arms run on different days (or side by side) are comparable; fp32, so a CPU with bf16 instructions
+computes what one without them does. Every stage is cached by content (the recipe's keys, and the same
+keys here for the further seeds), so a killed study resumes where it stopped.
+
+The text measurements of each kind's own vocabulary (tokens per character, lone "▁" share, byte
+fallback, KorQuAD answer-boundary alignment) are taken on the same held-out text as
+benchmarks/tokenizer_kinds.py. Preprocessing CPU per MB is that benchmark's (it times each stage
+alone; the stage times of runs that share the machine are not measurements).
+
+Writes --out (default benchmarks/results/tokenizer-kinds-cpu.json): each kind's scores per seed, their
+means and spreads, each against its control; differences (points) and ratios are each kind's mean over
+plain's (the baseline a user without Kiwi would run), over the seeds both finished. Only results of the
+model and settings a run holds now are collected. With --copy-to, each run's report and results files
+are copied there too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from corpus_tools import config as C  # noqa: E402
+from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
+
+KINDS = ("morpheme", "morpheme-attached", "plain")
+TASKS = ("nsmc", "nsmc_control", "korquad", "korquad_control")
+
+
+def recipe_command(kind: str, run: Path, steps: int, seed: int, data: str, extra: list[str]) -> list[str]:
+    sets = [f"vocab.kind={kind}", "pretrain.max_minutes=0", f"pretrain.max_steps={steps}", "pretrain.precision=fp32",
+            f"nsmc.seed={seed}", f"korquad.seed={seed}", *extra]
+    return [sys.executable, "-m", "korbert.cli", "run", "--preset", "cpu", "--out", str(run), *(["--data", data] if data else []),
+            "--set", *sets]
+
+
+def seed_configs(run: Path, seed: int) -> dict:
+    """The run's four fine-tuning configs with another seed, each into run/seed-S/<task>/<model|control>,
+    reading the run's feature caches (the same tokenizer and data: nothing is tokenized again)."""
+    from evals import features as F
+    from evals.korquad import KorquadConfig
+    from evals.nsmc import NsmcConfig
+
+    saved = json.loads((run / "recipe-config.json").read_text(encoding="utf-8"))
+    out = {}
+    for task in TASKS:
+        cls = NsmcConfig if task.startswith("nsmc") else KorquadConfig
+        c = cls(**saved[task])
+        where = "control" if task.endswith("control") else "model"
+        out[task] = replace(c, seed=seed, out=str(run / f"seed-{seed}" / task.split("_")[0] / where),
+                            features=c.features or str(F.default_dir(c.out)))
+    return out
+
+
+def stage_key(c) -> str:
+    """The key the recipe (and run_seed) caches an eval under: its config, the model it reads (a
+    control: the model's config and tokenizer, not its weights) and its input files' content."""
+    from korbert.recipe import _folder_key, _inputs_key, _key
+
+    return _key(C.to_dict(c), _folder_key(c.model, weights=not c.control), _inputs_key(c))
+
+
+def run_seed(run: Path, seed: int, force: bool) -> dict:
+    """NSMC-R and KorQuAD with this seed on the run's model and its control, cached like the recipe's evals."""
+    from evals import korquad, nsmc
+    from korbert.recipe import _cached
+
+    results = {}
+    for task, c in seed_configs(run, seed).items():
+        module = nsmc if task.startswith("nsmc") else korquad
+        print(f"\n== {run.name}: {task} (seed {seed}) ==", flush=True)
+        results[task], skipped = _cached(Path(c.out), stage_key(c), lambda: module.main(c), force)
+        if skipped:
+            print(f"up to date ({c.out})")
+    return results
+
+
+def finished(c) -> dict | None:
+    """The eval's results if it ran with this config on the model as it is now (its recipe-stage.json
+    key matches), else None: results of an earlier model or other settings are never collected."""
+    marker = Path(c.out) / "recipe-stage.json"
+    if not marker.is_file():
+        return None
+    done = json.loads(marker.read_text(encoding="utf-8"))
+    return done["result"] if done.get("key") == stage_key(c) else None
+
+
+def scores(r: dict) -> dict:
+    m = r["metrics"]
+    if r["task"] == "nsmc":
+        return {"nsmc_acc": round(100 * m["accuracy"], 2)}
+    return {"korquad_em": round(m["exact_match"], 2), "korquad_f1": round(m["f1"], 2)}
+
+
+def summarize(per_seed: dict[int, dict]) -> dict:
+    """{"model"|"control"|"gain": {metric: {"seeds": {seed: value}, "n", "mean", "spread"}}}; gain is
+    model minus control per seed (what pretraining bought with this tokenizer); spread is max - min
+    over the fine-tuning seeds (null with one seed)."""
+    out: dict = {"model": {}, "control": {}, "gain": {}}
+    for seed, res in per_seed.items():
+        for task, r in res.items():
+            side = "control" if task.endswith("control") else "model"
+            for metric, v in scores(r).items():
+                out[side].setdefault(metric, {"seeds": {}})["seeds"][seed] = v
+    for metric, d in out["model"].items():
+        ctl = out["control"].get(metric, {"seeds": {}})["seeds"]
+        out["gain"][metric] = {"seeds": {s: round(v - ctl[s], 2) for s, v in d["seeds"].items() if s in ctl}}
+    for side in out.values():
+        for d in side.values():
+            vals = list(d["seeds"].values())
+            d["n"] = len(vals)
+            d["mean"] = round(statistics.fmean(vals), 2) if vals else None
+            d["spread"] = round(max(vals) - min(vals), 2) if len(vals) > 1 else None
+    return out
+
+
+def text_measures(vocab: Path, kind: str, korquad_dev: str, nsmc_test: str, cache: Path) -> dict:
+    """The kind's own vocabulary on the held-out text; cached in `cache` by tokenizer and files."""
+    from corpus_tools.artifacts import sha256_file
+    from evals.tokenizer_metrics import answer_alignment, text_stats
+    from korbert import foreign
+    from korbert.folders import tokenizer_files_sha256
+    from tokenizer_kinds import held_out
+
+    key = [tokenizer_files_sha256(vocab), sha256_file(korquad_dev), sha256_file(nsmc_test)]
+    if cache.is_file() and (old := json.loads(cache.read_text(encoding="utf-8"))).get("key") == key:
+        return old["measures"]
+    texts, answers = held_out(Path(korquad_dev), Path(nsmc_test))
+    tok = foreign.load(vocab, kind)
+    measures = {"vocab_size": len(tok), "held_out": {name: text_stats(tok, t) for name, t in texts.items()},
+                "korquad_answer_alignment": answer_alignment(tok, answers)}
+    atomic_write_json(cache, {"key": key, "measures": measures})
+    return measures
+
+
+def collect(run: Path, kind: str, seeds: list[int], copy_to: str) -> dict | None:
+    """One kind's vocabulary measures once its vocabulary is built, and its scores once `korbert run`
+    finished (only those of the model and settings the run holds now); None before its vocabulary."""
+    from evals.korquad import KorquadConfig
+    from evals.nsmc import NsmcConfig
+
+    if not (run / "recipe-config.json").is_file() or not (run / "vocab" / "manifest.json").is_file():
+        return None
+    cfg = json.loads((run / "recipe-config.json").read_text(encoding="utf-8"))
+    measures = text_measures(run / "vocab", kind, cfg["korquad"]["dev_file"], cfg["nsmc"]["test"], run / "tokenizer-text-measures.json")
+    if not (run / "report.json").is_file():
+        return {"run": str(run), "finished": False, **measures}
+    recipe = {t: (NsmcConfig if t.startswith("nsmc") else KorquadConfig)(**cfg[t]) for t in TASKS}
+    first = {t: finished(c) for t, c in recipe.items()}
+    if any(r is None for r in first.values()):
+        return {"run": str(run), "finished": False, **measures}
+    ran = first["nsmc"]["config"]["seed"]
+    per_seed, where = {ran: first}, {ran: {t: c.out for t, c in recipe.items()}}
+    for seed in seeds:
+        if seed != ran:
+            configs = seed_configs(run, seed)
+            res = {t: finished(c) for t, c in configs.items()}
+            if all(r is not None for r in res.values()):
+                per_seed[seed], where[seed] = res, {t: c.out for t, c in configs.items()}
+    for seed, res in per_seed.items():
+        assert all(r["config"]["seed"] == seed for r in res.values()), (run, seed)
+    report = json.loads((run / "report.json").read_text(encoding="utf-8"))
+    pre = report["pretraining"]
+    if copy_to:
+        dest = Path(f"{copy_to}-{kind}")
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in ("report.md", "report.json", "recipe-config.json"):
+            shutil.copy(run / name, dest / name)
+        if (run / "plots").is_dir():
+            shutil.copytree(run / "plots", dest / "plots", dirs_exist_ok=True)
+        for seed, outs in where.items():
+            for task, out in outs.items():
+                shutil.copy(Path(out) / "results.json", dest / f"{task}-seed{seed}-results.json")
+    return {
+        "run": str(run), "finished": True, "steps": cfg["pretrain"]["max_steps"], "seeds": sorted(per_seed),
+        "pretraining": {
+            **{k: pre[k] for k in ("steps", "tokens", "tokens_per_instance") if k in pre},
+            # over each kind's own tokens: not comparable across kinds
+            "own_vocabulary_held_out": {k: pre[k] for k in ("held_out_mlm_accuracy", "held_out_mlm_loss", "held_out_nsp_accuracy") if k in pre},
+        },
+        "scores": summarize(per_seed),
+        **measures,
+        "protocols": {"nsmc": report["finetuning"]["nsmc"]["protocol"], "korquad": first["korquad"]["protocol"]["name"]},
+    }
+
+
+def compare(kinds: dict) -> dict:
+    """Each kind against plain over the seeds both finished: ratios of the means and differences in
+    points, for the pretrained model and for its gain over its own control."""
+    out = {}
+    if "plain" not in kinds:
+        return out
+    base = kinds["plain"]["scores"]
+    for kind, r in kinds.items():
+        if kind == "plain":
+            continue
+        for side in ("model", "gain"):
+            for m, d in r["scores"][side].items():
+                common = sorted(set(d["seeds"]) & set(base[side].get(m, {"seeds": {}})["seeds"]))
+                if not common:
+                    continue
+                mine = statistics.fmean(d["seeds"][s] for s in common)
+                theirs = statistics.fmean(base[side][m]["seeds"][s] for s in common)
+                tag = m if side == "model" else f"gain_{m}"
+                out[f"diff_{kind}_vs_plain_{tag}_points"] = round(mine - theirs, 2)
+                if side == "model" and theirs:
+                    out[f"ratio_{kind}_vs_plain_{tag}"] = round(mine / theirs, 3)
+                out[f"seeds_{kind}_vs_plain_{tag}"] = common
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    ap.add_argument("--steps", type=int, default=0, help="pretraining optimizer steps, the same for every kind (required unless --collect-only)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[42, 43], help="fine-tuning seeds (the first runs inside `korbert run`)")
+    ap.add_argument("--data", default="", help="the data folder (korbert run --data; default: the recipe's)")
+    ap.add_argument("--work", default="runs/tkq", help="run folders are WORK-KIND (paths relative to the repository root)")
+    ap.add_argument("--set", nargs="*", default=[], help="more `korbert run --set` settings, the same for every kind")
+    ap.add_argument("--collect-only", action="store_true", help="train nothing: write --out from what the runs finished")
+    ap.add_argument("--force", action="store_true", help="redo the further seeds' fine-tuning")
+    ap.add_argument("--copy-to", default="", help="copy each run's report and results into COPY_TO-KIND/")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tokenizer-kinds-cpu.json"))
+    a = ap.parse_args()
+    if not a.collect_only and a.steps < 1:
+        ap.error("--steps N is required (the same pretraining steps for every kind)")
+    seeds = list(dict.fromkeys(a.seeds))
+    out_path = Path(a.out).resolve()
+    os.chdir(ROOT)  # the run folders' recipe-config.json name paths relative to it
+
+    load_before = os.getloadavg()
+    kinds = {}
+    for kind in a.kinds:
+        run = Path(f"{a.work}-{kind}")
+        if not a.collect_only:
+            cmd = recipe_command(kind, run, a.steps, seeds[0], a.data, a.set)
+            print("$ " + " ".join(["korbert", *cmd[3:]]), flush=True)
+            subprocess.run(cmd, check=True)
+            for seed in seeds[1:]:
+                run_seed(run, seed, a.force)
+        r = collect(run, kind, seeds, a.copy_to)
+        if r is None:
+            print(f"{run}: no vocabulary yet (skipped)")
+            continue
+        kinds[kind] = r
+        h = r["held_out"]["korquad_contexts"]
+        print(f"{kind:>17}: tokens/char {h['tokens_per_char']} (KorQuAD contexts), lone ▁ {h['lone_marker_share_of_tokens']} of tokens, "
+              f"answers aligned {r['korquad_answer_alignment']['aligned_share']}")
+        if not r["finished"]:
+            print(f"{run}: not finished (no scores yet)")
+            continue
+        s = r["scores"]
+        print(f"{kind:>17} (seeds {r['seeds']}): " + ", ".join(
+            f"{m} {s['model'][m]['mean']} (control {s['control'][m]['mean']}, spread {s['model'][m]['spread']})" for m in s["model"]))
+    done = {k: r for k, r in kinds.items() if r["finished"]}
+    steps = {r["steps"] for r in done.values()}
+    if len(steps) > 1:
+        raise SystemExit(f"the kinds were pretrained for different steps: {sorted(steps)}; not comparable")
+    ratios = compare(done)
+    for kind in ("morpheme-attached", "plain"):
+        if kind in kinds and "morpheme" in kinds:
+            for name, h in kinds[kind]["held_out"].items():
+                ratios[f"ratio_{kind}_vs_morpheme_tokens_per_char_{name}"] = round(
+                    h["tokens_per_char"] / kinds["morpheme"]["held_out"][name]["tokens_per_char"], 3)
+    for k, v in ratios.items():
+        print(f"  {k}: {v}")
+    atomic_write_json(out_path, {
+        **ratios, "stage": "tokenizer",
+        "what": "the cpu preset once per tokenizer kind: the same pretraining steps (fp32), corpus and seeds; NSMC-R accuracy and "
+        "KorQuAD EM/F1 per fine-tuning seed, each with its own random-init control (gain: model minus control). Spread is over "
+        "fine-tuning seeds only: each kind has one pretraining run. The same steps are not the same text: tokens per character "
+        "differ by kind, and so does the context a 128-token window holds. diff_/ratio_ compare each kind's mean with plain's "
+        "over the seeds both finished. Stage times in the copied reports come from runs that shared the machine: not measurements",
+        "command": "python benchmarks/" + Path(__file__).name + " " + " ".join(sys.argv[1:]),
+        "machine": machine(), "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "steps": steps.pop() if steps else None, "seeds": seeds, "kinds": kinds,
+    })
+    print(f"-> {out_path}")
+
+
+if __name__ == "__main__":
+    main()
