@@ -1,0 +1,47 @@
+"""The tokenizer study's bookkeeping (benchmarks/tokenizer_kinds_quality.py): per-seed scores, gains over
+each kind's own control, spreads, and comparisons over the seeds both kinds finished only."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def study():
+    spec = importlib.util.spec_from_file_location("tokenizer_kinds_quality", ROOT / "benchmarks" / "tokenizer_kinds_quality.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def results(nsmc: float, nsmc_control: float, em: float, f1: float, em_control: float, f1_control: float) -> dict:
+    return {
+        "nsmc": {"task": "nsmc", "metrics": {"accuracy": nsmc}},
+        "nsmc_control": {"task": "nsmc", "metrics": {"accuracy": nsmc_control}},
+        "korquad": {"task": "korquad", "metrics": {"exact_match": em, "f1": f1}},
+        "korquad_control": {"task": "korquad", "metrics": {"exact_match": em_control, "f1": f1_control}},
+    }
+
+
+def test_summary_per_seed_gain_and_spread(study):
+    s = study.summarize({42: results(0.84, 0.80, 5.0, 14.0, 1.0, 7.0), 43: results(0.85, 0.82, 6.0, 15.0, 2.0, 8.0)})
+    assert s["model"]["nsmc_acc"] == {"seeds": {42: 84.0, 43: 85.0}, "n": 2, "mean": 84.5, "spread": 1.0}
+    assert s["control"]["korquad_f1"]["mean"] == 7.5
+    assert s["gain"]["nsmc_acc"]["seeds"] == {42: 4.0, 43: 3.0}  # model minus its own control, seed by seed
+    assert s["gain"]["korquad_em"]["mean"] == 4.0
+    one = study.summarize({42: results(0.84, 0.80, 5.0, 14.0, 1.0, 7.0)})
+    assert one["model"]["nsmc_acc"]["spread"] is None and one["model"]["nsmc_acc"]["n"] == 1  # one seed: no spread, not 0
+
+
+def test_comparison_uses_only_the_seeds_both_kinds_finished(study):
+    plain = {"scores": study.summarize({42: results(0.80, 0.78, 4.0, 10.0, 1.0, 6.0), 43: results(0.90, 0.80, 6.0, 12.0, 1.0, 6.0)})}
+    morpheme = {"scores": study.summarize({42: results(0.82, 0.79, 5.0, 13.0, 1.0, 7.0)})}
+    c = study.compare({"plain": plain, "morpheme": morpheme})
+    assert c["seeds_morpheme_vs_plain_nsmc_acc"] == [42]
+    assert c["diff_morpheme_vs_plain_nsmc_acc_points"] == 2.0  # 82 - 80 (seed 42), not 82 - mean(80, 90)
+    assert c["ratio_morpheme_vs_plain_korquad_f1"] == 1.3
+    assert c["diff_morpheme_vs_plain_gain_nsmc_acc_points"] == 1.0  # (82 - 79) - (80 - 78)
+    assert study.compare({"morpheme": morpheme}) == {}  # no plain arm: nothing to compare with
