@@ -43,7 +43,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from corpus_tools import config as C  # noqa: E402
 from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
 
 KINDS = ("morpheme", "morpheme-attached", "plain")
@@ -78,9 +77,9 @@ def seed_configs(run: Path, seed: int) -> dict:
 def stage_key(c) -> str:
     """The key the recipe (and run_seed) caches an eval under: its config, the model it reads (a
     control: the model's config and tokenizer, not its weights) and its input files' content."""
-    from korbert.recipe import _folder_key, _inputs_key, _key
+    from korbert.recipe import _folder_key, eval_key
 
-    return _key(C.to_dict(c), _folder_key(c.model, weights=not c.control), _inputs_key(c))
+    return eval_key(c, _folder_key(c.model, weights=not c.control))
 
 
 def run_seed(run: Path, seed: int, force: bool) -> dict:
@@ -101,11 +100,9 @@ def run_seed(run: Path, seed: int, force: bool) -> dict:
 def finished(c) -> dict | None:
     """The eval's results if it ran with this config on the model as it is now (its recipe-stage.json
     key matches), else None: results of an earlier model or other settings are never collected."""
-    marker = Path(c.out) / "recipe-stage.json"
-    if not marker.is_file():
-        return None
-    done = json.loads(marker.read_text(encoding="utf-8"))
-    return done["result"] if done.get("key") == stage_key(c) else None
+    from korbert.recipe import cached_result
+
+    return cached_result(Path(c.out), stage_key(c))
 
 
 def scores(r: dict) -> dict:
@@ -292,7 +289,8 @@ def main() -> None:
         "what": "the cpu preset once per tokenizer kind: the same pretraining steps (fp32), corpus and seeds; NSMC-R accuracy and "
         "KorQuAD EM/F1 per fine-tuning seed, each with its own random-init control (gain: model minus control). Spread is over "
         "fine-tuning seeds only: each kind has one pretraining run. The same steps are not the same text: tokens per character "
-        "differ by kind, and so does the context a 128-token window holds. diff_/ratio_ compare each kind's mean with plain's "
+        "differ by kind, and so does the context a 128-token window holds. The MLM masking unit differs too: the morpheme kinds "
+        "mask whole morphemes, plain (no Kiwi) whole eojeols, so each arm is a tokenizer with its masking. diff_/ratio_ compare each kind's mean with plain's "
         "over the seeds both finished. Stage times in the copied reports come from runs that shared the machine: not measurements",
         "command": "python benchmarks/" + Path(__file__).name + " " + " ".join(sys.argv[1:]),
         "machine": machine(), "load_average_before": [round(x, 2) for x in load_before],

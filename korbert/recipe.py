@@ -351,16 +351,29 @@ def _key(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def eval_key(c, upstream: str) -> str:
+    """The key an eval's results are cached under: its config, what it reads (`upstream`: the model
+    folder's key) and its input files' content."""
+    return _key(C.to_dict(c), upstream, _inputs_key(c))
+
+
+def cached_result(folder: Path, key: str) -> dict | None:
+    """The results folder/recipe-stage.json holds if they were made with this key, else None."""
+    marker = Path(folder) / "recipe-stage.json"
+    if not marker.is_file():
+        return None
+    done = json.loads(marker.read_text(encoding="utf-8"))
+    return done["result"] if done.get("key") == key else None
+
+
 def _cached(folder: Path, key: str, fn, force: bool) -> tuple[dict, bool]:
     """Run fn() unless folder/recipe-stage.json says it already ran with this key."""
-    marker = folder / "recipe-stage.json"
-    if not force and marker.is_file():
-        done = json.loads(marker.read_text(encoding="utf-8"))
-        if done.get("key") == key:
-            return done["result"], True
+    done = None if force else cached_result(folder, key)
+    if done is not None:
+        return done, True
     result = fn()
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(marker, {"key": key, "result": result})
+    atomic_write_json(folder / "recipe-stage.json", {"key": key, "result": result})
     return result, False
 
 
@@ -433,7 +446,7 @@ def main(cfg: RecipeConfig) -> dict:
         def fn():
             return stage(name, lambda: module.main(c))
 
-        r, was_skipped = _cached(Path(c.out), _key(C.to_dict(c), upstream, _inputs_key(c)), fn, cfg.force)
+        r, was_skipped = _cached(Path(c.out), eval_key(c, upstream), fn, cfg.force)
         if was_skipped:
             print(f"\n== {name} == up to date ({c.out})")
             skipped.append(name)

@@ -391,3 +391,23 @@ def test_a_corpus_that_is_or_holds_an_eval_file_is_refused(tmp_path):
         stage_configs(RecipeConfig(preset="demo", out=str(tmp_path / "run"), corpus=[str(SAMPLE_DATA / "reviews.jsonl.gz"), str(renamed)]))
     # the sample's own corpus files are not evaluation files
     stage_configs(RecipeConfig(preset="demo", out=str(tmp_path / "run"), corpus=[str(SAMPLE_DATA / "reviews.jsonl.gz")]))
+
+
+def test_a_cached_stage_result_is_read_back_only_under_its_own_key(tmp_path):
+    from korbert.recipe import _cached, cached_result
+
+    calls = []
+
+    def run(v):
+        calls.append(v)
+        return {"v": v}
+
+    folder = tmp_path / "nsmc"
+    assert cached_result(folder, "k1") is None  # nothing ran yet
+    assert _cached(folder, "k1", lambda: run(1), False) == ({"v": 1}, False)
+    assert cached_result(folder, "k1") == {"v": 1}
+    assert cached_result(folder, "k2") is None  # other settings or another model: never read back
+    assert _cached(folder, "k1", lambda: run(2), False) == ({"v": 1}, True) and calls == [1]
+    assert _cached(folder, "k2", lambda: run(3), False) == ({"v": 3}, False)  # a new key runs again and replaces it
+    assert cached_result(folder, "k1") is None and cached_result(folder, "k2") == {"v": 3}
+    assert _cached(folder, "k2", lambda: run(4), True) == ({"v": 4}, False) and calls == [1, 3, 4]  # force
