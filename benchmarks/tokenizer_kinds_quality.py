@@ -56,18 +56,21 @@ def recipe_command(kind: str, run: Path, steps: int, seed: int, data: str, extra
             "--set", *sets]
 
 
-def seed_configs(run: Path, seed: int) -> dict:
-    """The run's four fine-tuning configs with another seed, each into run/seed-S/<task>/<model|control>,
-    reading the run's feature caches (the same tokenizer and data: nothing is tokenized again)."""
-    from evals import features as F
+def recipe_configs(saved: dict) -> dict:
+    """The run's four fine-tuning configs, as its recipe-config.json (`saved`) holds them."""
     from evals.korquad import KorquadConfig
     from evals.nsmc import NsmcConfig
 
-    saved = json.loads((run / "recipe-config.json").read_text(encoding="utf-8"))
+    return {t: (NsmcConfig if t.startswith("nsmc") else KorquadConfig)(**saved[t]) for t in TASKS}
+
+
+def seed_configs(run: Path, saved: dict, seed: int) -> dict:
+    """The run's four fine-tuning configs with another seed, each into run/seed-S/<task>/<model|control>,
+    reading the run's feature caches (the same tokenizer and data: nothing is tokenized again)."""
+    from evals import features as F
+
     out = {}
-    for task in TASKS:
-        cls = NsmcConfig if task.startswith("nsmc") else KorquadConfig
-        c = cls(**saved[task])
+    for task, c in recipe_configs(saved).items():
         where = "control" if task.endswith("control") else "model"
         out[task] = replace(c, seed=seed, out=str(run / f"seed-{seed}" / task.split("_")[0] / where),
                             features=c.features or str(F.default_dir(c.out)))
@@ -87,8 +90,9 @@ def run_seed(run: Path, seed: int, force: bool) -> dict:
     from evals import korquad, nsmc
     from korbert.recipe import _cached
 
+    saved = json.loads((run / "recipe-config.json").read_text(encoding="utf-8"))
     results = {}
-    for task, c in seed_configs(run, seed).items():
+    for task, c in seed_configs(run, saved, seed).items():
         module = nsmc if task.startswith("nsmc") else korquad
         print(f"\n== {run.name}: {task} (seed {seed}) ==", flush=True)
         results[task], skipped = _cached(Path(c.out), stage_key(c), lambda: module.main(c), force)
@@ -156,16 +160,13 @@ def text_measures(vocab: Path, kind: str, korquad_dev: str, nsmc_test: str, cach
 def collect(run: Path, kind: str, seeds: list[int], copy_to: str) -> dict | None:
     """One kind's vocabulary measures once its vocabulary is built, and its scores once `korbert run`
     finished (only those of the model and settings the run holds now); None before its vocabulary."""
-    from evals.korquad import KorquadConfig
-    from evals.nsmc import NsmcConfig
-
     if not (run / "recipe-config.json").is_file() or not (run / "vocab" / "manifest.json").is_file():
         return None
     cfg = json.loads((run / "recipe-config.json").read_text(encoding="utf-8"))
     measures = text_measures(run / "vocab", kind, cfg["korquad"]["dev_file"], cfg["nsmc"]["test"], run / "tokenizer-text-measures.json")
     if not (run / "report.json").is_file():
         return {"run": str(run), "finished": False, **measures}
-    recipe = {t: (NsmcConfig if t.startswith("nsmc") else KorquadConfig)(**cfg[t]) for t in TASKS}
+    recipe = recipe_configs(cfg)
     first = {t: finished(c) for t, c in recipe.items()}
     if any(r is None for r in first.values()):
         return {"run": str(run), "finished": False, **measures}
@@ -173,7 +174,7 @@ def collect(run: Path, kind: str, seeds: list[int], copy_to: str) -> dict | None
     per_seed, where = {ran: first}, {ran: {t: c.out for t, c in recipe.items()}}
     for seed in seeds:
         if seed != ran:
-            configs = seed_configs(run, seed)
+            configs = seed_configs(run, cfg, seed)
             res = {t: finished(c) for t, c in configs.items()}
             if all(r is not None for r in res.values()):
                 per_seed[seed], where[seed] = res, {t: c.out for t, c in configs.items()}
