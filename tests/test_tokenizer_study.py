@@ -45,3 +45,18 @@ def test_comparison_uses_only_the_seeds_both_kinds_finished(study):
     assert c["ratio_morpheme_vs_plain_korquad_f1"] == 1.3
     assert c["diff_morpheme_vs_plain_gain_nsmc_acc_points"] == 1.0  # (82 - 79) - (80 - 78)
     assert study.compare({"morpheme": morpheme}) == {}  # no plain arm: nothing to compare with
+
+
+def test_nothing_is_collected_while_the_model_is_still_training(study, tmp_path, model_dir):
+    import shutil
+
+    from evals.nsmc import NsmcConfig
+    from korbert.recipe import _cached
+
+    model = tmp_path / "pretrain" / "final"
+    shutil.copytree(model_dir, model)
+    c = NsmcConfig(model=str(model), out=str(tmp_path / "nsmc"))
+    _cached(Path(c.out), study.stage_key(c), lambda: {"task": "nsmc", "metrics": {"accuracy": 0.8}}, False)
+    assert study.finished(c)["metrics"]["accuracy"] == 0.8
+    shutil.rmtree(model)  # a longer run of the same folder: final/ is gone until it is exported again
+    assert study.finished(c) is None
