@@ -104,7 +104,7 @@ def run_seed(run: Path, seed: int, force: bool) -> dict:
 def finished(c) -> dict | None:
     """The eval's results if it ran with this config on the model as it is now (its recipe-stage.json
     key matches), else None: results of an earlier model or other settings are never collected, and
-    nothing is while the model is still training (its folder not exported yet)."""
+    none while the model folder is absent (final/ not exported yet, or moved away)."""
     from korbert.recipe import cached_result
 
     if not (Path(c.model) / "config.json").is_file():

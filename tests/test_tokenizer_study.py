@@ -58,5 +58,5 @@ def test_nothing_is_collected_while_the_model_is_still_training(study, tmp_path,
     c = NsmcConfig(model=str(model), out=str(tmp_path / "nsmc"))
     _cached(Path(c.out), study.stage_key(c), lambda: {"task": "nsmc", "metrics": {"accuracy": 0.8}}, False)
     assert study.finished(c)["metrics"]["accuracy"] == 0.8
-    shutil.rmtree(model)  # a longer run of the same folder: final/ is gone until it is exported again
+    shutil.rmtree(model)  # pretrain/ moved away, or a --force rerun: no final/ until it is exported again
     assert study.finished(c) is None
