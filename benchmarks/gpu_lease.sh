@@ -7,16 +7,20 @@
 #   bash benchmarks/gpu_lease.sh throughput CARRY1 OUT [START_SECONDS KILL_SECONDS]
 #     CARRY1: shards.tar.xz (the gpu-small corpus at 128 tokens) and before/ (the commit before: git archive
 #     of korbert/ and corpus_tools/). Unpacks the shards to $G/shards (kept for the second command), then
+#       0. benchmarks/gpu_ceilings.py: the card's copy bandwidth and bf16 matmul rate, and BERT-base's GELU and
+#          add+LayerNorm kernels alone at one step's sizes (what the profile's fused kernels are read against)
 #       1. benchmarks/gpu_attention_check.py: each attention path against SDPA in fp32 (eager and compiled)
+#          (CHECK=0 skips it)
 #       2. benchmarks/gpu_step_ab.py: BERT-base at 65,536 tokens per step, configurations compiled four at a
 #          time and timed one at a time (the commit before, this one, each change, transformers); none starts
-#          after START_SECONDS (default 110), all are killed at KILL_SECONDS (170); the commit before and the
-#          three changes together ("all") profiled for 5 steps
+#          after START_SECONDS (default 110), all are killed at KILL_SECONDS (170); the configurations
+#          in PROFILE (default: the commit before and the lean stream, "before,lean") profiled for 5 steps
 #   bash benchmarks/gpu_lease.sh quality CARRY2 OUT MINUTES [ATTENTION]   (default sdpa)
 #     CARRY2: long.tar.xz (shards at 512 tokens), features.tar.xz, data.tar.xz (benchmarks/gpu_carry.sh's).
 #     benchmarks/gpu_recipe.sh with the lean stream: BERT-small for MINUTES of training, bf16-stream,
-#     no dropout, ATTENTION, the last 10% at 512 tokens; then NSMC-R (seeds 42 and 43) and
-#     KorQuAD in 384- and 128-token windows. No controls (the committed run's stand).
+#     no dropout, ATTENTION, the last 10% at 512 tokens (LONG=0: none, and no long.tar.xz needed: the
+#     committed run's schedule, so that the stream and dropout are the only changes); then NSMC-R (seeds 42
+#     and 43) and KorQuAD in 384- and 128-token windows. No controls (the committed run's stand).
 # OUT gets every JSON and log as it goes (the quality run also as OUT/recipe.tgz), so a cut-off keeps what was measured.
 set -uo pipefail
 MODE=$1; C=$2; O=$3
@@ -31,23 +35,24 @@ unpack() { mkdir -p "$G/$2"; tar xJf "$C/$1.tar.xz" -C "$G/$2" || { echo "cannot
 
 if [ "$MODE" = throughput ]; then
   rm -rf "$G"/*; unpack shards shards; echo "unpacked in $((SECONDS - t0)) s"
-  echo "== 1: attention paths against SDPA (fp32)"
-  timeout 90 python3 benchmarks/gpu_attention_check.py --shards "$G/shards" --device "$DEVICE" ${CHECK_ARGS:-} --out "$O/attention-check.json" 2>&1 \
-    | grep -v Warning | tee "$O/attention-check.log"
+  echo "== 0: the card's ceilings and BERT-base's elementwise kernels alone"
+  timeout 60 python3 benchmarks/gpu_ceilings.py --device "$DEVICE" ${CEIL_ARGS:-} --out "$O/gpu-ceilings.json" 2>&1 | grep -v Warning | tee "$O/gpu-ceilings.log"
+  [ "${CHECK:-1}" = 0 ] || { echo "== 1: attention paths against SDPA (fp32)"; timeout 90 python3 benchmarks/gpu_attention_check.py --shards "$G/shards" --device "$DEVICE" ${CHECK_ARGS:-} --out "$O/attention-check.json" 2>&1 \
+    | grep -v Warning | tee "$O/attention-check.log"; }
   echo "== 2: step throughput ($((SECONDS - t0)) s so far)"
-  python3 benchmarks/gpu_step_ab.py --shards "$G/shards" --before "$C/before" --out "$O/pretrain-gpu-ab.json" --work "$G/ab" --profile before,all \
+  python3 benchmarks/gpu_step_ab.py --shards "$G/shards" --before "$C/before" --out "$O/pretrain-gpu-ab.json" --work "$G/ab" --profile ${PROFILE:-before,lean} \
     --max-seconds "${4:-110}" --kill-seconds "${5:-170}" --device-line "$(nvidia-smi -L 2>/dev/null | head -1)" --device "$DEVICE" ${AB_ARGS:-} \
-    --configs ${CONFIGS:-before all hf-compiled sdpa varlen qkv lean small-all small-before hf-eager before-again now-defaults all-131072 all-flex} 2>&1 \
+    --configs ${CONFIGS:-before lean small-before small-lean lean-cdt hf-eager before-again hf-compiled} 2>&1 \
     | tee "$O/pretrain-gpu-ab.log"
   tar czf "$O/ab-work.tgz" -C "$G" ab  # per-configuration logs, results and the two profiles: one file
   echo "throughput done at $((SECONDS - t0)) s"
 elif [ "$MODE" = quality ]; then
-  MIN=$4; ATT=${5:-sdpa}
-  echo "attention: $ATT"
+  MIN=$4; ATT=${5:-sdpa}; LONG=${LONG:-1}
+  echo "attention: $ATT; long phase: $LONG"
   [ -d "$G/shards" ] || { echo "no $G/shards: the throughput command unpacks them (a fresh machine lost them)"; exit 1; }
   rm -rf "$G/long" "$G/features" "$G/data" "$G/recipe" "$G/recipe-work"
-  unpack long long; unpack features features; unpack data data; echo "unpacked in $((SECONDS - t0)) s"
-  PRETRAIN_ARGS="--precision bf16-stream --override hidden_dropout_prob=0 attention_probs_dropout_prob=0 --attention $ATT --long-shards $G/long --long-other-inputs ${EXTRA_PRETRAIN_ARGS:-}" \
+  [ "$LONG" = 0 ] || unpack long long; unpack features features; unpack data data; echo "unpacked in $((SECONDS - t0)) s"
+  PRETRAIN_ARGS="--precision bf16-stream --override hidden_dropout_prob=0 attention_probs_dropout_prob=0 --attention $ATT $([ "$LONG" = 0 ] || echo --long-shards $G/long --long-other-inputs) ${EXTRA_PRETRAIN_ARGS:-}" \
     SEEDS="42 43" CONTROLS=0 NSMC_BATCH=128 BUNDLE="$O/recipe.tgz" W="$G/recipe-work" \
     bash benchmarks/gpu_recipe.sh "$G/shards" "$G/data" "$G/features" "$G/recipe" "$MIN" 0
   echo "quality done at $((SECONDS - t0)) s"

@@ -57,6 +57,9 @@ CONFIGS = {
     "all-131072": dict(fused=True, override=NO_DROP, attention="varlen", stream=True, tokens=131072),
     "small-before": dict(code="before", size="small"),
     "small-all": dict(fused=True, override=NO_DROP, attention="varlen", stream=True, size="small"),
+    "small-lean": dict(override=NO_DROP, attention="sdpa", fused=False, stream=True, size="small"),
+    # the lean stream with inductor's coordinate-descent tuning of its Triton kernels' launch configurations
+    "lean-cdt": dict(override=NO_DROP, attention="sdpa", fused=False, stream=True, inductor={"coordinate_descent_tuning": True}),
     "hf-compiled": dict(hf=True, compiled=True),
     "hf-eager": dict(hf=True, compiled=False),
 }
@@ -64,7 +67,7 @@ CONFIGS = {
 
 def spec(name: str, a) -> dict:
     return {"code": "now", "size": a.size, "override": [], "attention": "sdpa", "fused": False, "stream": False, "tokens": 0,
-            "hf": False, "compiled": True, **CONFIGS[name]}
+            "hf": False, "compiled": True, "inductor": {}, **CONFIGS[name]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,6 +140,11 @@ def one(a) -> None:
         import torch._dynamo
 
         torch._dynamo.config.recompile_limit = max(16, torch._dynamo.config.recompile_limit)
+        if s["inductor"]:
+            import torch._inductor.config as inductor_config
+
+            for k, v in s["inductor"].items():
+                setattr(inductor_config, k, v)
         fwd = torch.compile(model, fullgraph=not s["hf"], dynamic=False if not s["hf"] else None)
     else:
         fwd = model
@@ -233,11 +241,11 @@ def drive(a) -> None:
         for k, r in results.items():
             if base and k != "before" and not k.startswith("small") and r.get("tokens_per_step") == a.tokens_per_batch:
                 ratios[f"ratio_{k}_vs_before"] = round(r["tokens_per_s"] / base, 3)
-        for k in ("all", "now-defaults"):
+        for k in ("all", "now-defaults", "lean", "before"):
             for h in ("hf-compiled", "hf-eager"):
                 if k in results and h in results:
                     ratios[f"ratio_{k}_vs_{h}"] = round(results[k]["tokens_per_s"] / results[h]["tokens_per_s"], 3)
-        for k, ref in (("small-all", "small-before"), ("varlen", "sdpa"), ("flex", "sdpa"), ("qkv", "sdpa"), ("stream", "sdpa"),
+        for k, ref in (("small-all", "small-before"), ("small-lean", "small-before"), ("lean-cdt", "lean"), ("varlen", "sdpa"), ("flex", "sdpa"), ("qkv", "sdpa"), ("stream", "sdpa"),
                        ("no-hidden-dropout", "sdpa"), ("lean", "sdpa"), ("all", "sdpa"), ("sdpa", "before-no-attn-dropout"),
                        ("before-no-attn-dropout", "before"), ("before-again", "before")):
             if k in results and ref in results:

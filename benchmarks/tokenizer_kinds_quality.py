@@ -112,6 +112,17 @@ def finished(c) -> dict | None:
     return cached_result(Path(c.out), stage_key(c))
 
 
+def trained_steps(cfg: dict, model: str) -> int | None:
+    """The optimizer steps the exported model at `model` was trained for, if they are the run's budget
+    (recipe-config.json's pretrain.max_steps), else None: a longer run started over an earlier one keeps
+    the earlier final/ (and its evals) until it exports, and those are not this budget's results."""
+    manifest = Path(model) / "manifest.json"
+    if not manifest.is_file():
+        return None
+    step = json.loads(manifest.read_text(encoding="utf-8")).get("step")
+    return step if step == cfg["pretrain"]["max_steps"] else None
+
+
 def scores(r: dict) -> dict:
     m = r["metrics"]
     if r["task"] == "nsmc":
@@ -170,8 +181,9 @@ def collect(run: Path, kind: str, seeds: list[int], copy_to: str) -> dict | None
     if not (run / "report.json").is_file():
         return {"run": str(run), "finished": False, **measures}
     recipe = recipe_configs(cfg)
+    steps = trained_steps(cfg, recipe["nsmc"].model)
     first = {t: finished(c) for t, c in recipe.items()}
-    if any(r is None for r in first.values()):
+    if steps is None or any(r is None for r in first.values()):
         return {"run": str(run), "finished": False, **measures}
     ran = first["nsmc"]["config"]["seed"]
     per_seed, where = {ran: first}, {ran: {t: c.out for t, c in recipe.items()}}
@@ -196,7 +208,7 @@ def collect(run: Path, kind: str, seeds: list[int], copy_to: str) -> dict | None
             for task, out in outs.items():
                 shutil.copy(Path(out) / "results.json", dest / f"{task}-seed{seed}-results.json")
     return {
-        "run": str(run), "finished": True, "steps": cfg["pretrain"]["max_steps"], "seeds": sorted(per_seed),
+        "run": str(run), "finished": True, "steps": steps, "seeds": sorted(per_seed),
         "pretraining": {
             **{k: pre[k] for k in ("steps", "tokens", "tokens_per_instance") if k in pre},
             # over each kind's own tokens: not comparable across kinds

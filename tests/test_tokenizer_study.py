@@ -60,3 +60,18 @@ def test_nothing_is_collected_while_the_model_is_still_training(study, tmp_path,
     assert study.finished(c)["metrics"]["accuracy"] == 0.8
     shutil.rmtree(model)  # pretrain/ moved away, or a --force rerun: no final/ until it is exported again
     assert study.finished(c) is None
+
+
+def test_an_earlier_budgets_model_is_not_collected_as_this_ones(study, tmp_path, model_dir):
+    """A 10,000-step run started over a finished 2,000-step one keeps the old final/ (and evals that
+    match it) until it exports: collect labelled those scores 10,000 steps (recipe-config.json's)."""
+    import json
+    import shutil
+
+    model = tmp_path / "final"
+    shutil.copytree(model_dir, model)
+    (model / "manifest.json").write_text(json.dumps({"step": 2000}))
+    assert study.trained_steps({"pretrain": {"max_steps": 10000}}, str(model)) is None
+    assert study.trained_steps({"pretrain": {"max_steps": 2000}}, str(model)) == 2000
+    (model / "manifest.json").unlink()
+    assert study.trained_steps({"pretrain": {"max_steps": 2000}}, str(model)) is None  # not exported by pretraining
