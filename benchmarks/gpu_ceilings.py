@@ -72,7 +72,6 @@ def main() -> None:
         copy()
     t = run(copy, a.reps)
     res["copy"] = {"bytes": 2 * n * 2, "seconds": t, "tb_per_s": round(2 * n * 2 / t / 1e12, 3)}
-    del src, dst
 
     # matmul: 8192^3 bf16 on random operands, rotated among three pairs
     m = 512 if a.small else 8192
@@ -88,7 +87,6 @@ def main() -> None:
         mm()
     t = run(mm, a.reps)
     res["matmul"] = {"shape": [m, m, m], "dtype": str(dt), "seconds": t, "tflops": round(2 * m ** 3 / t / 1e12, 1)}
-    del xs, out
 
     # BERT-base's elementwise work at one step's sizes, eager and compiled (inductor's fused kernels)
     tokens, hidden, inter = (1024, 64, 256) if a.small else (65536, 768, 3072)
