@@ -30,7 +30,8 @@ DEVICE=${DEVICE:-cuda}  # a smoke test on a CPU: DEVICE=cpu CHECK_ARGS='--size t
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$O" "$G"
 t0=$SECONDS
-{ nvidia-smi -L; nproc; python3 -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__)"; } 2>&1 | tee "$O/device-$MODE.txt"
+{ nvidia-smi -L; nproc; python3 -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__)"
+  uptime; ps -eo pid,pcpu,etime,args --sort=-pcpu | head -6 | cut -c1-160; } 2>&1 | tee "$O/device-$MODE.txt"  # what else runs (a killed compile's workers?)
 unpack() { mkdir -p "$G/$2"; tar xJf "$C/$1.tar.xz" -C "$G/$2" || { echo "cannot unpack $C/$1.tar.xz"; exit 1; }; }
 
 if [ "$MODE" = throughput ]; then

@@ -426,6 +426,9 @@ class Trainer:
             "mlm_acc": round(tot[1] / max(tot[2], 1), 5), **({"nsp_acc": round(tot[4] / max(tot[5], 1), 5)} if self.nsp else {}),
             "lr": self.lr, "tokens_per_s": round(tps, 1), "seconds": round(self.seconds, 2),
             "padding": round(1 - self.interval_tokens / max(1, self.padded * dist.world), 4), "seq_len": self.phase.max_len,
+            # the share of the interval this process waited for its next batch: near 0 when the device is the
+            # limit; a large share says the loader is (more --workers, or a faster disk)
+            "data_wait": round(min(self.interval_wait / dt, 1.0), 4),
         }
         if self.gnorm is not None:
             rec["grad_norm"] = round(float(self.gnorm), 4)
@@ -437,6 +440,8 @@ class Trainer:
             rec["compiled_graphs"], rec["batch_shapes"] = compiled_graphs() - self.graphs_before, len(self.shapes)
         if dist.main and (step % (cfg.log_every * 5) == 0 or done or step == cfg.log_every):
             mfu = f", mfu {rec['mfu'] * 100:.1f}%" if "mfu" in rec else ""
+            if rec["data_wait"] >= 0.05:
+                mfu += f", waiting for data {rec['data_wait']:.0%}"
             self.bar.write(
                 f"step {step}: loss {loss:.4f}{f' (mlm {mlm:.4f}, nsp {nsp:.4f})' if self.nsp else ''}, mlm acc {rec['mlm_acc']:.3f}, "
                 f"lr {self.lr:.2e}, {tps:,.0f} tok/s{mfu}"
@@ -488,6 +493,7 @@ class Trainer:
     def _reset_interval(self) -> None:
         self.stats.zero_()
         self.interval_tokens = self.interval_attended = self.padded = 0
+        self.interval_wait = 0.0  # seconds the loop waited for the loader's next batch
         self.t_interval = time.time()
 
     @property
@@ -527,7 +533,10 @@ class Trainer:
                         it = iter(self._loader())
                         if dist.main:
                             self.bar.write(f"step {self.step_no}: long phase, rows of {self.long_len} tokens from {cfg.long_shards}")
-                    self.step([next(it) for _ in range(cfg.grad_accum)])
+                    t_wait = time.perf_counter()
+                    batches = [next(it) for _ in range(cfg.grad_accum)]
+                    self.interval_wait += time.perf_counter() - t_wait
+                    self.step(batches)
                     self.bar.update(1)
                     if prof is not None and self.step_no == cfg.profile + PROFILE_STEPS:
                         t0 = time.time()

@@ -104,6 +104,22 @@ def test_loss_goes_down(shards_dir, tmp_path):
     assert "eval_mlm_acc" in lines[-1]
 
 
+def test_the_log_says_when_the_loop_waits_for_its_loader(shards_dir, tmp_path, monkeypatch):
+    """log.jsonl's data_wait: the share of each interval spent waiting for the next batch. A loader that
+    sleeps 0.3 s per batch in front of a tiny model's steps of a few milliseconds shows as most of it."""
+    loader = Trainer._loader
+
+    def slow(self):
+        for batch in loader(self):
+            time.sleep(0.3)
+            yield batch
+
+    monkeypatch.setattr(Trainer, "_loader", slow)
+    main(cfg(shards_dir, tmp_path / "slow", max_steps=4, log_every=2))
+    rows = [json.loads(x) for x in (tmp_path / "slow" / "log.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(0.25 < r["data_wait"] <= 1.0 for r in rows), rows
+
+
 def test_bf16_on_cpu_trains_like_fp32_and_is_its_own_run(shards_dir, tmp_path):
     """--precision bf16 on the CPU: matmuls under bfloat16 autocast. Its first losses agree with fp32's
     to bf16's rounding, it learns as fp32 does, it is deterministic, the run key tells the two apart
