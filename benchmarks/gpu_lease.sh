@@ -25,7 +25,7 @@
 set -uo pipefail
 MODE=$1; C=$2; O=$3
 G=${G:-/tmp/gpu-lease}
-DEVICE=${DEVICE:-cuda}  # a smoke test on a CPU: DEVICE=cpu CHECK_ARGS='--size tiny --tokens 2048' AB_ARGS='--size tiny --steps 2 --warmup 1 --batches 2 --tokens-per-batch 2048'
+DEVICE=${DEVICE:-cuda}  # a smoke test on a CPU: DEVICE=cpu CEIL_ARGS=--small CHECK_ARGS='--size tiny --tokens 2048' AB_ARGS='--size tiny --steps 2 --warmup 1 --batches 2 --tokens-per-batch 2048'
                         # (quality: DEV=cpu EXTRA_PRETRAIN_ARGS=--no-compile FT_ARGS='--max-steps 2 --max-eval-examples 50', gpu_recipe.sh's)
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$O" "$G"

@@ -91,6 +91,16 @@ def start_profile(cuda: bool):
     return prof
 
 
+def device_rows(avgs, cuda: bool, cuda_type) -> list[tuple[str, float, int]]:
+    """(name, microseconds, calls) of the profiler's averages: on a GPU each kernel's device time, leaving
+    out the GPU-side copies of user annotations (`Optimizer.step#AdamW.step`, `record_function` ranges),
+    whose time is that of the kernels inside them, counted already; on a CPU each operator's self time."""
+    if cuda:
+        return [(e.key, e.self_device_time_total, e.count) for e in avgs
+                if e.device_type == cuda_type and not getattr(e, "is_user_annotation", False)]
+    return [(e.key, e.self_cpu_time_total, e.count) for e in avgs]
+
+
 def write_profile(prof, out: Path, first: int, last: int, started: float, cuda: bool) -> dict:
     """Waits for the device, stops `prof` (started at time.time() `started`, before step `first`; steps
     as the log numbers them, `last` included) and writes out/profile.json (device time by kind and the top kernels, the device's
@@ -104,13 +114,8 @@ def write_profile(prof, out: Path, first: int, last: int, started: float, cuda: 
     wall_seconds = time.time() - started
     prof.stop()
     avgs = prof.key_averages()
-    if cuda:
-        rows = [(e.key, e.self_device_time_total, e.count) for e in avgs if e.device_type == DeviceType.CUDA]
-        sort = "self_device_time_total"
-    else:
-        rows = [(e.key, e.self_cpu_time_total, e.count) for e in avgs]
-        sort = "self_cpu_time_total"
-    rows = [(name, t, c, profile_kind(name)) for name, t, c in rows]
+    sort = "self_device_time_total" if cuda else "self_cpu_time_total"
+    rows = [(name, t, c, profile_kind(name)) for name, t, c in device_rows(avgs, cuda, DeviceType.CUDA)]
     busy = sum(r[1] for r in rows) / 1e6 or 1e-9
     by_kind: dict[str, float] = {}
     for _, t, _, kind in rows:

@@ -818,6 +818,26 @@ def test_profile_reports_where_the_time_goes_without_changing_the_run(shards_dir
         main(cfg(shards_dir, tmp_path / "bad", max_steps=3, profile=-1))
 
 
+def test_a_gpu_profile_counts_each_kernel_once():
+    """On a GPU, torch's profiler also reports each user annotation (the optimizer's
+    `Optimizer.step#AdamW.step`) as a device-side range whose time is that of the kernels inside it: the
+    fifth H200 lease's profile counted AdamW's 1.3 ms per step twice. Those rows are left out."""
+    from types import SimpleNamespace as E
+
+    from torch.autograd import DeviceType
+
+    from korbert.runtime import device_rows
+
+    avgs = [
+        E(key="Optimizer.step#AdamW.step", self_device_time_total=960.0, self_cpu_time_total=50.0, count=1, device_type=DeviceType.CUDA, is_user_annotation=True),
+        E(key="multi_tensor_apply_kernel<FusedAdamMathFunctor>", self_device_time_total=940.0, self_cpu_time_total=0.0, count=10, device_type=DeviceType.CUDA, is_user_annotation=False),
+        E(key="nvjet_sm90_tst_256x128", self_device_time_total=10000.0, self_cpu_time_total=0.0, count=60, device_type=DeviceType.CUDA, is_user_annotation=False),
+        E(key="aten::mm", self_device_time_total=0.0, self_cpu_time_total=300.0, count=60, device_type=DeviceType.CPU, is_user_annotation=False),
+    ]
+    assert device_rows(avgs, True, DeviceType.CUDA) == [("multi_tensor_apply_kernel<FusedAdamMathFunctor>", 940.0, 10), ("nvjet_sm90_tst_256x128", 10000.0, 60)]
+    assert [r[0] for r in device_rows(avgs, False, DeviceType.CUDA)] == [e.key for e in avgs]  # CPU: self times, nested ones included once
+
+
 # -- continued pretraining (--init-from) -----------------------------------------------------------
 
 

@@ -75,3 +75,32 @@ def test_an_earlier_budgets_model_is_not_collected_as_this_ones(study, tmp_path,
     assert study.trained_steps({"pretrain": {"max_steps": 2000}}, str(model)) == 2000
     (model / "manifest.json").unlink()
     assert study.trained_steps({"pretrain": {"max_steps": 2000}}, str(model)) is None  # not exported by pretraining
+
+
+def test_collect_reports_a_run_unfinished_while_final_holds_an_earlier_budget(study, tmp_path, monkeypatch):
+    """collect() itself, on a run folder whose recipe-config.json asks for 10,000 steps: while final/ is
+    the 2,000-step export (with evals that match it), the run is unfinished; once final/ is the 10,000-step
+    export, its scores are collected under 10,000 steps."""
+    import json
+
+    from evals.korquad import KorquadConfig
+    from evals.nsmc import NsmcConfig
+
+    run = tmp_path / "tkq-plain"
+    final = run / "pretrain" / "final"
+    final.mkdir(parents=True)
+    (run / "vocab").mkdir()
+    (run / "vocab" / "manifest.json").write_text("{}")
+    tasks = {"nsmc": NsmcConfig, "nsmc_control": NsmcConfig, "korquad": KorquadConfig, "korquad_control": KorquadConfig}
+    cfg = {"pretrain": {"max_steps": 10000}, **{t: {"model": str(final), "out": str(run / t), "control": t.endswith("control")} for t in tasks},
+           "korquad": {"model": str(final), "out": str(run / "korquad"), "dev_file": "dev.json"}, "nsmc": {"model": str(final), "out": str(run / "nsmc"), "test": "test.txt"}}
+    (run / "recipe-config.json").write_text(json.dumps(cfg))
+    (run / "report.json").write_text(json.dumps({"pretraining": {"steps": 2000}, "finetuning": {"nsmc": {"protocol": "full"}}}))
+    monkeypatch.setattr(study, "text_measures", lambda *a: {})
+    monkeypatch.setattr(study, "finished", lambda c: {"task": "korquad" if "korquad" in c.out else "nsmc", "config": {"seed": 42},
+                                                      "metrics": {"accuracy": 0.8, "exact_match": 1.0, "f1": 9.0}, "protocol": {"name": "dev-split"}})
+    (final / "manifest.json").write_text(json.dumps({"step": 2000}))
+    assert study.collect(run, "plain", [42], "")["finished"] is False
+    (final / "manifest.json").write_text(json.dumps({"step": 10000}))
+    got = study.collect(run, "plain", [42], "")
+    assert got["finished"] is True and got["steps"] == 10000 and got["scores"]["model"]["nsmc_acc"]["mean"] == 80.0
