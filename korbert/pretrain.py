@@ -7,7 +7,8 @@ The out folder holds (written atomically):
     ckpt.pt        model, optimizer, step, tokens seen, seconds, each rank's RNG states: rerunning
                    the same command (`--resume`, the default) continues exactly where it stopped;
                    the data position is the steps taken in each phase
-    log.jsonl      one line per --log-every steps (loss, lr, tokens/s, MFU on GPU) + held-out evals
+    log.jsonl      one line per --log-every steps (loss, lr, tokens/s, MFU on GPU, data_wait: the share of
+                   the interval spent waiting for the loader) + held-out evals
     config.json    the resolved run config
     final/         config.json + model.safetensors + tokenizer files + manifest.json: a folder
                    plain transformers loads (BertForPreTraining, AutoModelForMaskedLM, fill-mask)
@@ -426,9 +427,9 @@ class Trainer:
             "mlm_acc": round(tot[1] / max(tot[2], 1), 5), **({"nsp_acc": round(tot[4] / max(tot[5], 1), 5)} if self.nsp else {}),
             "lr": self.lr, "tokens_per_s": round(tps, 1), "seconds": round(self.seconds, 2),
             "padding": round(1 - self.interval_tokens / max(1, self.padded * dist.world), 4), "seq_len": self.phase.max_len,
-            # the share of the interval this process waited for its next batch: near 0 when the device is the
-            # limit; a large share says the loader is (more --workers, or a faster disk)
-            "data_wait": round(min(self.interval_wait / dt, 1.0), 4),
+            # the share of the interval spent waiting for the next batch, the largest over the ranks (a slow loader
+            # on one rank shows on the others as time in the all-reduce): near 0 while the loaders keep up
+            "data_wait": round(min(max(dist.gather(self.interval_wait)) / dt, 1.0), 4),
         }
         if self.gnorm is not None:
             rec["grad_norm"] = round(float(self.gnorm), 4)

@@ -97,10 +97,11 @@ def test_collect_reports_a_run_unfinished_while_final_holds_an_earlier_budget(st
     (run / "recipe-config.json").write_text(json.dumps(cfg))
     (run / "report.json").write_text(json.dumps({"pretraining": {"steps": 2000}, "finetuning": {"nsmc": {"protocol": "full"}}}))
     monkeypatch.setattr(study, "text_measures", lambda *a: {})
-    monkeypatch.setattr(study, "finished", lambda c: {"task": "korquad" if "korquad" in c.out else "nsmc", "config": {"seed": 42},
+    monkeypatch.setattr(study, "finished", lambda c: {"task": "korquad" if Path(c.out).name.startswith("korquad") else "nsmc", "config": {"seed": 42},
                                                       "metrics": {"accuracy": 0.8, "exact_match": 1.0, "f1": 9.0}, "protocol": {"name": "dev-split"}})
     (final / "manifest.json").write_text(json.dumps({"step": 2000}))
     assert study.collect(run, "plain", [42], "")["finished"] is False
     (final / "manifest.json").write_text(json.dumps({"step": 10000}))
+    (run / "report.json").write_text(json.dumps({"pretraining": {"steps": 10000}, "finetuning": {"nsmc": {"protocol": "full"}}}))
     got = study.collect(run, "plain", [42], "")
     assert got["finished"] is True and got["steps"] == 10000 and got["scores"]["model"]["nsmc_acc"]["mean"] == 80.0
