@@ -91,13 +91,15 @@ def start_profile(cuda: bool):
     return prof
 
 
-def device_rows(avgs, cuda: bool, cuda_type) -> list[tuple[str, float, int]]:
+def device_rows(avgs, cuda: bool) -> list[tuple[str, float, int]]:
     """(name, microseconds, calls) of the profiler's averages: on a GPU each kernel's device time, leaving
     out the GPU-side copies of user annotations (`Optimizer.step#AdamW.step`, `record_function` ranges),
     whose time is that of the kernels inside them, counted already; on a CPU each operator's self time."""
+    from torch.autograd import DeviceType
+
     if cuda:
         return [(e.key, e.self_device_time_total, e.count) for e in avgs
-                if e.device_type == cuda_type and not getattr(e, "is_user_annotation", False)]
+                if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
     return [(e.key, e.self_cpu_time_total, e.count) for e in avgs]
 
 
@@ -107,7 +109,6 @@ def write_profile(prof, out: Path, first: int, last: int, started: float, cuda: 
     busy share of the wall time) and out/profile.txt (torch's own table). On a GPU the time is each
     kernel's; on a CPU each operator's self time (which, summed, is the busy time of the calling thread)."""
     import torch
-    from torch.autograd import DeviceType
 
     if cuda:
         torch.cuda.synchronize()
@@ -115,7 +116,7 @@ def write_profile(prof, out: Path, first: int, last: int, started: float, cuda: 
     prof.stop()
     avgs = prof.key_averages()
     sort = "self_device_time_total" if cuda else "self_cpu_time_total"
-    rows = [(name, t, c, profile_kind(name)) for name, t, c in device_rows(avgs, cuda, DeviceType.CUDA)]
+    rows = [(name, t, c, profile_kind(name)) for name, t, c in device_rows(avgs, cuda)]
     busy = sum(r[1] for r in rows) / 1e6 or 1e-9
     by_kind: dict[str, float] = {}
     for _, t, _, kind in rows:

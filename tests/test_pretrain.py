@@ -839,7 +839,7 @@ def test_a_gpu_profile_counts_each_kernel_once():
     # torch's own averages carry the flag device_rows reads (a rename would make its fallback keep them)
     real = FunctionEventAvg()
     real.add(FunctionEvent(id=0, name="Optimizer.step#AdamW.step", thread=0, start_us=0, end_us=1, device_type=DeviceType.CUDA, is_user_annotation=True))
-    assert real.is_user_annotation and device_rows([real], True, DeviceType.CUDA) == []
+    assert real.is_user_annotation and device_rows([real], True) == []
 
     avgs = [
         E(key="Optimizer.step#AdamW.step", self_device_time_total=960.0, self_cpu_time_total=50.0, count=1, device_type=DeviceType.CUDA, is_user_annotation=True),
@@ -847,8 +847,8 @@ def test_a_gpu_profile_counts_each_kernel_once():
         E(key="nvjet_sm90_tst_256x128", self_device_time_total=10000.0, self_cpu_time_total=0.0, count=60, device_type=DeviceType.CUDA, is_user_annotation=False),
         E(key="aten::mm", self_device_time_total=0.0, self_cpu_time_total=300.0, count=60, device_type=DeviceType.CPU, is_user_annotation=False),
     ]
-    assert device_rows(avgs, True, DeviceType.CUDA) == [("multi_tensor_apply_kernel<FusedAdamMathFunctor>", 940.0, 10), ("nvjet_sm90_tst_256x128", 10000.0, 60)]
-    assert [r[0] for r in device_rows(avgs, False, DeviceType.CUDA)] == [e.key for e in avgs]  # CPU: self times, nested ones included once
+    assert device_rows(avgs, True) == [("multi_tensor_apply_kernel<FusedAdamMathFunctor>", 940.0, 10), ("nvjet_sm90_tst_256x128", 10000.0, 60)]
+    assert [r[0] for r in device_rows(avgs, False)] == [e.key for e in avgs]  # CPU: self times, nested ones included once
 
 
 # -- continued pretraining (--init-from) -----------------------------------------------------------

@@ -83,17 +83,13 @@ def test_collect_reports_a_run_unfinished_while_final_holds_an_earlier_budget(st
     export, its scores are collected under 10,000 steps."""
     import json
 
-    from evals.korquad import KorquadConfig
-    from evals.nsmc import NsmcConfig
-
     run = tmp_path / "tkq-plain"
     final = run / "pretrain" / "final"
     final.mkdir(parents=True)
     (run / "vocab").mkdir()
     (run / "vocab" / "manifest.json").write_text("{}")
-    tasks = {"nsmc": NsmcConfig, "nsmc_control": NsmcConfig, "korquad": KorquadConfig, "korquad_control": KorquadConfig}
-    cfg = {"pretrain": {"max_steps": 10000}, **{t: {"model": str(final), "out": str(run / t), "control": t.endswith("control")} for t in tasks},
-           "korquad": {"model": str(final), "out": str(run / "korquad"), "dev_file": "dev.json"}, "nsmc": {"model": str(final), "out": str(run / "nsmc"), "test": "test.txt"}}
+    cfg = {"pretrain": {"max_steps": 10000}, **{t: {"model": str(final), "out": str(run / t), "control": t.endswith("control")} for t in study.TASKS}}
+    cfg["korquad"]["dev_file"], cfg["nsmc"]["test"] = "dev.json", "test.txt"
     (run / "recipe-config.json").write_text(json.dumps(cfg))
     (run / "report.json").write_text(json.dumps({"pretraining": {"steps": 2000}, "finetuning": {"nsmc": {"protocol": "full"}}}))
     monkeypatch.setattr(study, "text_measures", lambda *a: {})
