@@ -11,10 +11,19 @@
 #          add+LayerNorm kernels alone at one step's sizes (what the profile's fused kernels are read against)
 #       1. benchmarks/gpu_attention_check.py: each attention path against SDPA in fp32 (eager and compiled)
 #          (CHECK=0 skips it)
-#       2. benchmarks/gpu_step_ab.py: BERT-base at 65,536 tokens per step, configurations compiled four at a
-#          time and timed one at a time (the commit before, this one, each change, transformers); none starts
-#          after START_SECONDS (default 110), all are killed at KILL_SECONDS (170); the configurations
-#          in PROFILE (default: the commit before and the lean stream, "before,lean") profiled for 5 steps
+#       2. benchmarks/gpu_step_ab.py: BERT-base at 65,536 tokens per step, configurations compiled in parallel
+#          (PARALLEL, default one per 32 GiB of GPU memory: two on an H100, four on an H200) and timed one at a
+#          time (the commit before, this one, each change, transformers); none starts after START_SECONDS
+#          (default 110), all are killed at KILL_SECONDS (170, counted from the driver's start: an outer timeout
+#          must leave room for steps 0 and 1 too); the configurations in PROFILE (default "before,lean")
+#          profiled for 5 steps. With two at a time the default list may not all start in 110 s.
+#     On the same warm machine, REUSE=1 keeps the unpacked shards and skips steps 0 and 1 (for a second set of
+#     configurations: PARALLEL=1 for those that autotune on the GPU while compiling; NAME names the JSON, default
+#     pretrain-gpu-ab). A timeout that ends this script still leaves the JSON (partial) and OUT/NAME-work.tgz.
+#   bash benchmarks/gpu_lease.sh loop CARRY1 OUT [MINUTES]   (default 1; after throughput, on the same warm machine)
+#     `korbert pretrain` itself: BERT-small with the lean stream and the quality recipe's flags for MINUTES, so that its
+#     logged tokens/s and data_wait (the share of each interval spent waiting for the loader) read beside the
+#     step-only small-lean of the throughput command.
 #   bash benchmarks/gpu_lease.sh quality CARRY2 OUT MINUTES [ATTENTION]   (default sdpa)
 #     CARRY2: long.tar.xz (shards at 512 tokens), features.tar.xz, data.tar.xz (benchmarks/gpu_carry.sh's).
 #     benchmarks/gpu_recipe.sh with the lean stream: BERT-small for MINUTES of training, bf16-stream,
@@ -35,18 +44,38 @@ t0=$SECONDS
 unpack() { mkdir -p "$G/$2"; tar xJf "$C/$1.tar.xz" -C "$G/$2" || { echo "cannot unpack $C/$1.tar.xz"; exit 1; }; }
 
 if [ "$MODE" = throughput ]; then
-  rm -rf "$G"/*; unpack shards shards; echo "unpacked in $((SECONDS - t0)) s"
-  echo "== 0: the card's ceilings and BERT-base's elementwise kernels alone"
-  timeout 60 python3 benchmarks/gpu_ceilings.py --device "$DEVICE" ${CEIL_ARGS:-} --out "$O/gpu-ceilings.json" 2>&1 | grep -v Warning | tee "$O/gpu-ceilings.log"
-  [ "${CHECK:-1}" = 0 ] || { echo "== 1: attention paths against SDPA (fp32)"; timeout 90 python3 benchmarks/gpu_attention_check.py --shards "$G/shards" --device "$DEVICE" ${CHECK_ARGS:-} --out "$O/attention-check.json" 2>&1 \
+  reused=0
+  if [ "${REUSE:-0}" = 1 ] && [ -d "$G/shards" ]; then echo "reusing $G/shards"; reused=1; else
+    rm -rf "$G"/*; unpack shards shards; echo "unpacked in $((SECONDS - t0)) s"
+    echo "== 0: the card's ceilings and BERT-base's elementwise kernels alone"
+    timeout 60 python3 benchmarks/gpu_ceilings.py --device "$DEVICE" ${CEIL_ARGS:-} --out "$O/gpu-ceilings.json" 2>&1 | grep -v Warning | tee "$O/gpu-ceilings.log"
+  fi
+  [ "${CHECK:-1}" = 0 ] || [ $reused = 1 ] || { echo "== 1: attention paths against SDPA (fp32)"; timeout 90 python3 benchmarks/gpu_attention_check.py --shards "$G/shards" --device "$DEVICE" ${CHECK_ARGS:-} --out "$O/attention-check.json" 2>&1 \
     | grep -v Warning | tee "$O/attention-check.log"; }
   echo "== 2: step throughput ($((SECONDS - t0)) s so far)"
-  python3 benchmarks/gpu_step_ab.py --shards "$G/shards" --before "$C/before" --out "$O/pretrain-gpu-ab.json" --work "$G/ab" --profile ${PROFILE:-before,lean} \
+  N=${NAME:-pretrain-gpu-ab}; rm -rf "$G/ab"
+  # the per-configuration logs, results and profiles, as one file, also when a timeout cuts this script off
+  # (the driver, sent TERM, stops its configurations and writes the JSON of what it measured)
+  ab=; teepid=
+  trap 'tar czf "$O/$N-work.tgz" -C "$G" ab' EXIT
+  trap '[ -n "$ab" ] && { kill -TERM "$ab" 2>/dev/null; wait "$ab"; }; exec {log}>&-; [ -n "$teepid" ] && wait "$teepid"; exit 143' TERM INT
+  exec {log}> >(tee "$O/$N.log"); teepid=$!
+  python3 benchmarks/gpu_step_ab.py --shards "$G/shards" --before "$C/before" --out "$O/$N.json" --work "$G/ab" --profile ${PROFILE:-before,lean} \
+    --parallel "${PARALLEL:-0}" --compile-threads "${COMPILE_THREADS:-4}" \
     --max-seconds "${4:-110}" --kill-seconds "${5:-170}" --device-line "$(nvidia-smi -L 2>/dev/null | head -1)" --device "$DEVICE" ${AB_ARGS:-} \
-    --configs ${CONFIGS:-before lean small-before small-lean lean-cdt hf-eager before-again hf-compiled} 2>&1 \
-    | tee "$O/pretrain-gpu-ab.log"
-  tar czf "$O/ab-work.tgz" -C "$G" ab  # per-configuration logs, results and the two profiles: one file
+    --configs ${CONFIGS:-before lean small-before small-lean lean-cdt hf-eager before-again hf-compiled} \
+    >&$log 2>&1 &
+  ab=$!; wait "$ab"
+  exec {log}>&-; wait "$teepid"  # the log's last lines are written before anything reads it
   echo "throughput done at $((SECONDS - t0)) s"
+elif [ "$MODE" = loop ]; then
+  [ -d "$G/shards" ] || { echo "no $G/shards: the throughput command unpacks them (a fresh machine lost them)"; exit 1; }
+  rm -rf "$G/loop"
+  python3 -m korbert.cli pretrain --shards "$G/shards" --out "$G/loop" --model-size small --tokens-per-batch 65536 --pack --lr 5e-4 \
+    --warmup 500 --device "$DEVICE" --compile --max-steps 0 --max-minutes "${4:-1}" --eval-every 500 --eval-instances 3000 --log-every 100 \
+    --precision bf16-stream --override hidden_dropout_prob=0 attention_probs_dropout_prob=0 ${LOOP_ARGS:-} > "$O/loop.log" 2>&1
+  echo "pretrain rc=$? in $((SECONDS - t0)) s"; cp "$G/loop/log.jsonl" "$O/loop-log.jsonl"
+  python3 benchmarks/loop_rows.py "$G/loop/log.jsonl" --json "$O/loop-summary.json" | tee "$O/loop-summary.txt"
 elif [ "$MODE" = quality ]; then
   MIN=$4; ATT=${5:-sdpa}; LONG=${LONG:-1}
   echo "attention: $ATT; long phase: $LONG"
@@ -58,5 +87,5 @@ elif [ "$MODE" = quality ]; then
     bash benchmarks/gpu_recipe.sh "$G/shards" "$G/data" "$G/features" "$G/recipe" "$MIN" 0
   echo "quality done at $((SECONDS - t0)) s"
 else
-  echo "mode: throughput or quality"; exit 2
+  echo "mode: throughput, loop or quality"; exit 2
 fi

@@ -11,6 +11,8 @@ one process at a time uses the GPU for its warm-up, its timed steps and its prof
 two windows of --steps / 2, and the faster one counts: a window that another process's first step
 overlapped is thrown away. (The first lease with it, gpu-h200-2026-11-26d, ran transformers' per-shape
 steps outside the lock: its README says which timings that disturbed.) Configurations start in the order given until --max-seconds, and each is killed at --kill-seconds.
+Each code version pads its fixed-shape lists to its own `fixed_counts`: this commit's cover epochs 0 and 1,
+the commit before's epoch 0 only, so this commit's lists can be a little longer.
 
     python benchmarks/gpu_step_ab.py --shards S --before .gpu/before --out $OUT/pretrain-gpu-ab.json \
         --configs before all hf-compiled sdpa varlen qkv lean small-all small-before hf-eager before-again
@@ -35,6 +37,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 NO_ATTN_DROP = ["attention_probs_dropout_prob=0"]
 NO_DROP = ["hidden_dropout_prob=0", "attention_probs_dropout_prob=0"]
+# inductor's GEMM autotuning: Triton GEMM templates against cuBLAS, the Triton ones able to take the bias, GELU and
+# other pointwise epilogues (the fifth lease's profile: GELU kernels 9.9 ms of an 88-ms lean step); compiles for
+# minutes and benchmarks on the GPU while it compiles: run these alone (--parallel 1)
+AUTOTUNE = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "TRITON,ATEN"}
 
 # name: code ("before" or "now"), size, model overrides, attention, fused QKV, bf16 residual stream, tokens per step (0: --tokens-per-batch)
 CONFIGS = {
@@ -43,6 +49,8 @@ CONFIGS = {
     "before-no-dropout-stream": dict(code="before", override=NO_DROP, stream=True),
     "before-again": dict(code="before"),  # the baseline timed a second time, by another process: the spread
     "now-defaults": dict(),  # this commit at the loop's defaults (dropout 0.1, SDPA with the mask, three projections)
+    "defaults-stream": dict(stream=True),  # the defaults with the bf16 residual stream as the only change (dropout 0.1 kept)
+    "defaults-autotune": dict(inductor=AUTOTUNE),  # the defaults with inductor's GEMM autotuning
     "sdpa": dict(override=NO_ATTN_DROP, attention="sdpa", fused=False),  # this encoder, nothing changed: = before-no-attn-dropout
     "varlen": dict(override=NO_ATTN_DROP, attention="varlen", fused=False),
     "flex": dict(override=NO_ATTN_DROP, attention="flex", fused=False),
@@ -60,10 +68,7 @@ CONFIGS = {
     "small-lean": dict(override=NO_DROP, attention="sdpa", fused=False, stream=True, size="small"),
     # the lean stream with inductor's coordinate-descent tuning of its Triton kernels' launch configurations
     "lean-cdt": dict(override=NO_DROP, attention="sdpa", fused=False, stream=True, inductor={"coordinate_descent_tuning": True}),
-    # the lean stream with inductor's GEMM autotuning: Triton GEMM templates against cuBLAS, Triton's able to take
-    # the GELU and bias epilogues (the fifth lease's profile: GELU kernels 9.9 ms of an 88-ms step); compiles for minutes
-    "lean-autotune": dict(override=NO_DROP, attention="sdpa", fused=False, stream=True,
-                          inductor={"max_autotune_gemm": True, "max_autotune_gemm_backends": "TRITON,ATEN"}),
+    "lean-autotune": dict(override=NO_DROP, attention="sdpa", fused=False, stream=True, inductor=AUTOTUNE),
     "hf-compiled": dict(hf=True, compiled=True),
     "hf-eager": dict(hf=True, compiled=False),
 }
@@ -227,10 +232,41 @@ def one(a) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def say(line: str) -> None:
+    """print, but a closed stdout (the lease's tee, killed with the process group) must not stop the driver:
+    from the first failed write on, output goes nowhere (the JSON is the record)"""
+    try:
+        print(line, flush=True)
+    except OSError:
+        sys.stdout = open(os.devnull, "w")
+
+
+def gpu_memory_bytes() -> int:
+    """The first GPU's memory, from nvidia-smi (the driver itself takes no CUDA context: that memory is the
+    configurations'); 0 when it cannot tell."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+        return int(out.stdout.split()[0]) * 2**20
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return 0
+
+
+def auto_parallel(total_bytes: int) -> int:
+    """Configurations at once when --parallel is 0: one per 32 GiB of GPU memory, 1 to 4 (BERT-base at 65,536
+    tokens peaks at about 24 GB, its compile and the CUDA context take more: on an 80-GB H100 four at once ran
+    out of memory, two fit; a 141-GB H200 held four)."""
+    return max(1, min(4, total_bytes // (32 * 2**30)))
+
+
 def drive(a) -> None:
+    import signal
+
     from corpus_tools.artifacts import atomic_write_json, machine
 
     t0 = time.time()
+    if a.parallel <= 0:
+        a.parallel = auto_parallel(gpu_memory_bytes()) if a.device == "cuda" else 1
+        say(f"--parallel {a.parallel} ({'from the GPU memory' if a.device == 'cuda' else 'on a CPU'})")
     out = Path(a.out)
     work = Path(a.work or out.with_suffix(""))
     work.mkdir(parents=True, exist_ok=True)
@@ -249,7 +285,8 @@ def drive(a) -> None:
             for h in ("hf-compiled", "hf-eager"):
                 if k in results and h in results:
                     ratios[f"ratio_{k}_vs_{h}"] = round(results[k]["tokens_per_s"] / results[h]["tokens_per_s"], 3)
-        for k, ref in (("small-all", "small-before"), ("small-lean", "small-before"), ("lean-cdt", "lean"), ("lean-autotune", "lean"), ("varlen", "sdpa"), ("flex", "sdpa"), ("qkv", "sdpa"), ("stream", "sdpa"),
+        for k, ref in (("small-all", "small-before"), ("small-lean", "small-before"), ("lean-cdt", "lean"), ("lean-autotune", "lean"), ("defaults-autotune", "now-defaults"),
+                       ("defaults-stream", "now-defaults"), ("varlen", "sdpa"), ("flex", "sdpa"), ("qkv", "sdpa"), ("stream", "sdpa"),
                        ("no-hidden-dropout", "sdpa"), ("lean", "sdpa"), ("all", "sdpa"), ("sdpa", "before-no-attn-dropout"),
                        ("before-no-attn-dropout", "before"), ("before-again", "before")):
             if k in results and ref in results:
@@ -261,7 +298,7 @@ def drive(a) -> None:
             "tokens_per_step": a.tokens_per_batch, "steps_timed": a.steps // 2, "mfu_definition": "korbert.model.step_flops (encoder on real tokens, "
             "attention within each instance, MLM head at the predicted positions, NSP) / time / the card's dense bf16 peak (989 TFLOP/s for H100 and H200)",
             "method": " ".join(__doc__.split("\n\n")[1].split()), "results": results, "failed": failed, "skipped": skipped,
-            "partial": partial, "seconds": round(time.time() - t0, 1), **ratios,
+            "parallel": a.parallel, "partial": partial, "seconds": round(time.time() - t0, 1), **ratios,
         })
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", "TORCHINDUCTOR_COMPILE_THREADS": str(a.compile_threads),
@@ -275,12 +312,29 @@ def drive(a) -> None:
         else:
             failed[name] = {"rc": rc, "log_tail": (work / f"{name}.log").read_text()[-1500:]}
         r = results.get(name)
-        print(f"{name:24s} " + (f"{r['tokens_per_s']:>12,.0f} tok/s  MFU {r['mfu'] if r['mfu'] is not None else float('nan'):.3f}  "
+        say(f"{name:24s} " + (f"{r['tokens_per_s']:>12,.0f} tok/s  MFU {r['mfu'] if r['mfu'] is not None else float('nan'):.3f}  "
                                 f"compile {r['warmup_and_compile_seconds']:.0f} s  peak {r['peak_memory_gb']} GB  [{r['attention_used']}]"
-                                if r else f"failed: {rc}: {failed[name]['log_tail'][-300:]!r}") + f"  ({time.time() - t0:.0f} s)", flush=True)
+                                if r else f"failed: {rc}: {failed[name]['log_tail'][-300:]!r}") + f"  ({time.time() - t0:.0f} s)")
         write(partial=True)
 
+    # cut off from outside (a lease's timeout, which signals the whole process group): the loop below stops the
+    # configurations still running and writes what was measured (the handler only records the signal: a handler
+    # that waited on a process could deadlock with the loop's own poll)
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.append(signum))
     while queue or running:
+        if stop:
+            for name, p in list(running.items()):
+                rc = p.poll()  # one that had just ended keeps its result
+                if rc is None:
+                    p.kill()
+                    p.wait()
+                    rc = f"terminated by signal {stop[0]} at {time.time() - t0:.0f} s"
+                del running[name]
+                finish(name, rc)
+            skipped += queue
+            write(partial=True)
+            sys.exit(128 + stop[0])
         while queue and len(running) < a.parallel and time.time() - t0 < a.max_seconds:
             name = queue.pop(0)
             cmd = [sys.executable, __file__, "--one", name, "--shards", a.shards, "--before", a.before, "--device", a.device, "--size", a.size,
@@ -301,11 +355,11 @@ def drive(a) -> None:
                 finish(name, rc)
         time.sleep(0.5)
     write(partial=False)
-    print(f"-> {out} ({time.time() - t0:.0f} s)")
+    say(f"-> {out} ({time.time() - t0:.0f} s)")
     summary = json.loads(out.read_text())
     for k, v in summary.items():
         if k.startswith("ratio"):
-            print(f"{k}: {v}")
+            say(f"{k}: {v}")
 
 
 def main() -> None:
@@ -313,7 +367,8 @@ def main() -> None:
     ap.add_argument("--shards", required=True)
     ap.add_argument("--before", required=True, help="a folder holding the commit before's korbert/ and corpus_tools/ (git archive)")
     ap.add_argument("--configs", nargs="+", default=["before", "all", "hf-compiled", "now-defaults"], help="in the order they start")
-    ap.add_argument("--parallel", type=int, default=4, help="processes at once (GPU memory: BERT-base at 65,536 tokens ~24 GB each)")
+    ap.add_argument("--parallel", type=int, default=0, help="processes at once; 0: one per 32 GiB of GPU memory, 1 to 4 (BERT-base at "
+                    "65,536 tokens peaks at ~24 GB each); 1 for configurations that autotune on the GPU while compiling")
     ap.add_argument("--compile-threads", type=int, default=4, help="TORCHINDUCTOR_COMPILE_THREADS of each process")
     ap.add_argument("--size", default="base")
     ap.add_argument("--steps", type=int, default=20, help="timed steps per configuration: two windows of half as many, the faster counts")

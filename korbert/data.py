@@ -331,21 +331,26 @@ def cu_seqlens(lens: np.ndarray, row_of: np.ndarray, row_tokens: np.ndarray, t: 
     return cu
 
 
-def fixed_counts(plan: "BatchPlan", mask_prob: float, parts: int, margin: float = 0.02) -> tuple[int, int]:
-    """(masked tokens, instances) per micro-batch that hold every micro-batch of epoch 0, from the plan
-    alone: an instance of L tokens predicts at most max(1, round(mask_prob x (L - 2))) (all but [CLS] and
-    one [SEP] maskable), plus `margin` of that and a multiple of 64, so later epochs (other packings)
-    fit too as a rule (`make_batch` grows a list that does not: another shape, no lost token)."""
-    items, row_ptr, _, batches = plan._epoch(0)
+def fixed_counts(plan: "BatchPlan", mask_prob: float, parts: int, margin: float = 0.02, epochs: int = 2) -> tuple[int, int]:
+    """(masked tokens, instances) per micro-batch that hold every micro-batch of the first `epochs` epochs,
+    from the plan alone: an instance of L tokens predicts at most max(1, round(mask_prob x (L - 2))) (all
+    but [CLS] and one [SEP] maskable), plus `margin` of that and a multiple of 64, so later epochs (other
+    packings) fit too as a rule (`make_batch` grows a list that does not: another shape, and on a GPU a
+    compile in the middle of the run, but no lost token). Epoch 0 alone was not enough: a short corpus
+    reaches epoch 1 early, and another packing's largest batch can pass epoch 0's by more than the margin.
+    The plans are cached, so the loader reuses them."""
     bound = np.maximum(1, np.rint(mask_prob * np.maximum(plan.lengths - 2, 0))).astype(np.int64)
-    row_mask = np.add.reduceat(bound[items], row_ptr[:-1]) if len(items) else np.zeros(0, np.int64)
-    row_inst = np.diff(row_ptr)
-    ids = np.stack(batches)  # [batches, rows]: rows_fixed rows each (fixed shapes need a fixed row count)
-    per = ids.shape[1] // parts
-    mb = ids.reshape(-1, per)
-    real = mb >= 0
-    m = np.where(real, row_mask[np.maximum(mb, 0)], 0).sum(1).max()
-    k = np.where(real, row_inst[np.maximum(mb, 0)], 0).sum(1).max()
+    m = k = 0
+    for epoch in range(max(1, epochs)):
+        items, row_ptr, _, batches = plan._epoch(epoch)
+        row_mask = np.add.reduceat(bound[items], row_ptr[:-1]) if len(items) else np.zeros(0, np.int64)
+        row_inst = np.diff(row_ptr)
+        ids = np.stack(batches)  # [batches, rows]: rows_fixed rows each (fixed shapes need a fixed row count)
+        per = ids.shape[1] // parts
+        mb = ids.reshape(-1, per)
+        real = mb >= 0
+        m = max(m, int(np.where(real, row_mask[np.maximum(mb, 0)], 0).sum(1).max()))
+        k = max(k, int(np.where(real, row_inst[np.maximum(mb, 0)], 0).sum(1).max()))
     up = lambda x: int(-(-int(x * (1 + margin)) // 64) * 64)  # noqa: E731
     return up(m), up(k)
 

@@ -280,3 +280,27 @@ def test_packing_runs_of_equal_lengths_gives_best_fits_rows():
         items, sizes = pack_rows(inst, lengths, cap)
         got = [r.tolist() for r in np.split(items, np.cumsum(sizes)[:-1])]
         assert got == best_fit_one_at_a_time(inst, lengths, cap), trial
+
+
+
+
+def test_fixed_counts_hold_the_second_epoch():
+    """The fixed counts hold every batch of epoch 1 too, not only epoch 0's: on a GPU a batch over them is
+    another shape, so a compile in the middle of the run. With these lengths an epoch-1 batch predicts
+    more than epoch 0's counts (plus their margin) allow."""
+    rng = np.random.default_rng(0)
+    lengths = np.clip(np.rint(np.exp(rng.normal(3.3, 0.9, 200_000))), 5, 128).astype(np.int64)
+    plan = BatchPlan(lengths, 0, 128, tokens_per_step=65536, pack=True)
+    masked, instances = fixed_counts(plan, 0.15, 1)
+    masked0, instances0 = fixed_counts(plan, 0.15, 1, epochs=1)  # epoch 0's alone (the counts before the fix)
+    most = np.maximum(1, np.rint(0.15 * (lengths - 2))).astype(np.int64)  # the most one instance predicts
+    over_epoch0, step = 0, 0
+    while True:
+        epoch, rows, _ = plan(step)
+        if epoch > 1:
+            break
+        inst = np.concatenate(rows)
+        assert len(inst) <= instances and int(most[inst].sum()) <= masked, (epoch, step)
+        over_epoch0 += len(inst) > instances0 or int(most[inst].sum()) > masked0
+        step += 1
+    assert over_epoch0 > 0  # the case this test is for: epoch 0's counts alone do not hold epoch 1
