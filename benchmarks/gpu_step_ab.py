@@ -264,6 +264,11 @@ def drive(a) -> None:
     from corpus_tools.artifacts import atomic_write_json, machine
 
     t0 = time.time()
+    # cut off from outside (a lease's timeout, which signals the whole process group): the loop below stops the
+    # configurations still running and writes what was measured (the handler only records the signal: a handler
+    # that waited on a process could deadlock with the loop's own poll)
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.append(signum))
     if a.parallel <= 0:
         a.parallel = auto_parallel(gpu_memory_bytes()) if a.device == "cuda" else 1
         say(f"--parallel {a.parallel} ({'from the GPU memory' if a.device == 'cuda' else 'on a CPU'})")
@@ -317,25 +322,21 @@ def drive(a) -> None:
                                 if r else f"failed: {rc}: {failed[name]['log_tail'][-300:]!r}") + f"  ({time.time() - t0:.0f} s)")
         write(partial=True)
 
-    # cut off from outside (a lease's timeout, which signals the whole process group): the loop below stops the
-    # configurations still running and writes what was measured (the handler only records the signal: a handler
-    # that waited on a process could deadlock with the loop's own poll)
-    stop: list[int] = []
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop.append(signum))
     while queue or running:
         if stop:
             for name, p in list(running.items()):
-                rc = p.poll()  # one that had just ended keeps its result
-                if rc is None:
-                    p.kill()
-                    p.wait()
+                rc = p.poll()  # one that had just ended keeps its result; one the group's signal ended is terminated too
+                if rc is None or rc < 0:
+                    if rc is None:
+                        p.kill()
+                        p.wait()
                     rc = f"terminated by signal {stop[0]} at {time.time() - t0:.0f} s"
                 del running[name]
                 finish(name, rc)
             skipped += queue
             write(partial=True)
             sys.exit(128 + stop[0])
-        while queue and len(running) < a.parallel and time.time() - t0 < a.max_seconds:
+        while queue and not stop and len(running) < a.parallel and time.time() - t0 < a.max_seconds:
             name = queue.pop(0)
             cmd = [sys.executable, __file__, "--one", name, "--shards", a.shards, "--before", a.before, "--device", a.device, "--size", a.size,
                    "--steps", str(a.steps), "--warmup", str(a.warmup), "--batches", str(a.batches), "--tokens-per-batch", str(a.tokens_per_batch),

@@ -22,8 +22,8 @@ def test_parallel_configurations_fit_the_card():
     follows the card's memory: two there, four on a 141-GB H200, one on a small card, never more than four."""
     auto = load("gpu_step_ab").auto_parallel
     gib = 2**30
-    assert auto(int(79.18 * gib)) == 2  # torch's total_memory of the H100 80GB HBM3
-    assert auto(int(139.8 * gib)) == 4  # the H200
+    assert auto(81559 * 2**20) == 2  # nvidia-smi's memory.total of the H100 80GB HBM3 (MiB)
+    assert auto(143771 * 2**20) == 4  # and of the H200
     assert auto(24 * gib) == 1 and auto(0) == 1
     assert auto(400 * gib) == 4
 
