@@ -1,0 +1,159 @@
+"""Other ways to spend the morpheme-attached kind's reserve (issue 45), measured on held-out text before
+any of them becomes a vocabulary version: tokens per character, lone "▁" share and KorQuAD answer
+alignment for each policy, against today's (`corpus_tools.vocab.attach_markers`).
+
+    python benchmarks/attached_reserve_policies.py --corpus runs/tk-sample/corpus.jsonl --vocab-size 8000 \
+        --out benchmarks/results/tokenizer-attached-policies-sample.json
+
+A policy is EXTRA:MIN_STARTS. Today's: a `▁`+c fallback for every single-character piece c (MIN_STARTS 0),
+and a reserve of those fallbacks plus EXTRA = 2% of the vocabulary for `▁` + longer pieces. MIN_STARTS N
+keeps a fallback only for characters that begin at least N words of the training lines (a word that starts
+with another character pays a lone `▁`); a larger EXTRA trades SentencePiece's own pieces for more
+`▁` + piece entries. The training lines come from `korbert vocab --kind morpheme-attached` itself (Kiwi
+once, cached beside --out); each policy then trains SentencePiece as `attach_markers` does.
+The baseline is the morpheme kind's tokens/char from `korbert vocab --kind morpheme` on the same corpus
+(--morpheme-vocab, or built here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import sys
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SHARED = ROOT.parent / "shared" / "data"
+
+
+class _Captured(Exception):
+    pass
+
+
+def training_lines(corpus: str, vocab_size: int, cache: Path):
+    """(lines, cfg, threads) exactly as `korbert vocab --kind morpheme-attached` hands them to attach_markers."""
+    import corpus_tools.vocab as V
+
+    if cache.exists():
+        return pickle.loads(cache.read_bytes())
+
+    def capture(lines, cfg, threads):
+        cache.write_bytes(pickle.dumps((lines, cfg, threads)))
+        raise _Captured()
+
+    real, V.attach_markers = V.attach_markers, capture
+    try:
+        V.main(V.C.parse(V.VocabConfig, ["--inputs", corpus, "--vocab-size", str(vocab_size), "--kind", "morpheme-attached",
+                                          "--out", str(cache.with_suffix(".vocab")), "--force"], prog="korbert vocab"))
+    except _Captured:
+        pass
+    finally:
+        V.attach_markers = real
+    return pickle.loads(cache.read_bytes())
+
+
+def policy(lines: list[str], cfg, threads: int, extra_frac: float, min_starts: int):
+    """attach_markers with the two knobs: -> (model bytes, {"▁" + p: score}, fallbacks, reserve)."""
+    import sentencepiece as spm
+
+    import corpus_tools.vocab as V
+
+    words = V._word_starts(lines)
+    distinct = list(words)
+    starts: Counter = Counter()
+    for w, n in words.items():
+        if w:
+            starts[w[0]] += n
+
+    def needs(model: bytes):
+        sp = spm.SentencePieceProcessor(model_proto=model)
+        score = {sp.id_to_piece(i): sp.get_score(i) for i in range(sp.get_piece_size())
+                 if not (sp.is_control(i) or sp.is_unused(i) or sp.is_byte(i) or sp.is_unknown(i))}
+        initial = sorted(c for c in score if len(c) == 1 and c != "▁" and "▁" + c not in score and starts[c] >= min_starts)
+        after: Counter = Counter()
+        for w, pieces in zip(distinct, sp.encode([" " + w for w in distinct], out_type=str, num_threads=threads)):
+            if len(pieces) > 1 and pieces[0] == "▁" and pieces[1] in score and "▁" + pieces[1] not in score:
+                after[pieces[1]] += words[w]
+        return score, initial, after
+
+    extra = max(1, round(extra_frac * cfg.vocab_size))
+    _, initial, _ = needs(V.train_spm(lines, cfg, threads))
+    for _ in range(4):
+        reserve = min(len(initial) + extra, cfg.vocab_size // 2)
+        model = V.train_spm(lines, replace(cfg, vocab_size=cfg.vocab_size - reserve), threads)
+        score, initial, after = needs(model)
+        if len(initial) <= reserve:
+            break
+    added = {"▁" + c: score["▁"] + score[c] for c in initial}
+    for p, _ in sorted(after.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(added) >= reserve:
+            break
+        added.setdefault("▁" + p, score["▁"] + score[p])
+    return model, added, len(initial), reserve
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", required=True, help="one .jsonl of documents (benchmarks/tokenizer_kinds.py's corpus.jsonl)")
+    ap.add_argument("--vocab-size", type=int, default=8000)
+    ap.add_argument("--policies", nargs="+", default=["0.02:0", "0.02:1", "0.10:1"], help="EXTRA:MIN_STARTS; 0.02:0 is today's")
+    ap.add_argument("--morpheme-vocab", help="the morpheme kind's vocabulary on the same corpus (default: built under --work)")
+    ap.add_argument("--work", default="runs/attached-policies")
+    ap.add_argument("--korquad", default=str(SHARED / "korquad" / "KorQuAD_v1.0_dev.json"))
+    ap.add_argument("--nsmc", default=str(SHARED / "nsmc" / "ratings_test.txt"))
+    ap.add_argument("--out", default="benchmarks/results/tokenizer-attached-policies.json")
+    a = ap.parse_args()
+
+    import corpus_tools.vocab as V
+    from corpus_tools.artifacts import atomic_write_json, machine
+    from evals.tokenizer_metrics import answer_alignment, text_stats
+    from korbert.tokenizer import KorBertTokenizer
+
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    kq = json.loads(Path(a.korquad).read_text(encoding="utf-8"))
+    contexts = [p["context"] for art in kq["data"] for p in art["paragraphs"]]
+    answers = [(p["context"], q["answers"][0]["answer_start"], q["answers"][0]["text"]) for art in kq["data"] for p in art["paragraphs"] for q in p["qas"]]
+    reviews = [line.split("\t")[1] for line in Path(a.nsmc).read_text(encoding="utf-8").splitlines()[1:] if line.count("\t") >= 2]
+
+    def measure(tok) -> dict:
+        c, r = text_stats(tok, contexts), text_stats(tok, reviews)
+        return {"korquad_contexts": c, "nsmc_test_reviews": r, "aligned": answer_alignment(tok, answers)}
+
+    mdir = Path(a.morpheme_vocab) if a.morpheme_vocab else work / f"morpheme-{a.vocab_size}"
+    if not a.morpheme_vocab:
+        V.main(V.C.parse(V.VocabConfig, ["--inputs", a.corpus, "--vocab-size", str(a.vocab_size), "--out", str(mdir)], prog="korbert vocab"))
+    base = measure(KorBertTokenizer.from_pretrained(str(mdir)))
+    lines, cfg, threads = training_lines(a.corpus, a.vocab_size, work / f"lines-{a.vocab_size}.pkl")
+    res = {
+        "stage": "tokenizer", "what": "morpheme-attached reserve policies (EXTRA:MIN_STARTS; 0.02:0 is today's) against the morpheme kind, "
+        "on the KorQuAD dev contexts and the NSMC-R test reviews", "command": "python " + " ".join(sys.argv), "machine": machine(),
+        "corpus": a.corpus, "vocab_size": a.vocab_size, "training_lines": len(lines), "morpheme": base, "policies": {},
+    }
+    for spec in a.policies:
+        extra, _, mins = spec.partition(":")
+        model, added, n_fb, reserve = policy(lines, cfg, threads, float(extra), int(mins or 0))
+        spm_path = work / "policy-spm.model"
+        spm_path.write_bytes(model)
+        m = measure(KorBertTokenizer.from_spm(spm_path, "unigram", dict(V.DEFAULT_KIWI), attached=added))
+        m.update({"fallbacks": n_fb, "reserve": reserve, "added": len(added)})
+        for text in ("korquad_contexts", "nsmc_test_reviews"):
+            m[f"ratio_vs_morpheme_tokens_per_char_{text}"] = round(m[text]["tokens_per_char"] / base[text]["tokens_per_char"], 3)
+        res["policies"][spec] = m
+        res[f"ratio_{spec}_vs_morpheme_tokens_per_char_korquad_contexts"] = m["ratio_vs_morpheme_tokens_per_char_korquad_contexts"]
+        res[f"ratio_{spec}_vs_morpheme_tokens_per_char_nsmc_test_reviews"] = m["ratio_vs_morpheme_tokens_per_char_nsmc_test_reviews"]
+        atomic_write_json(Path(a.out), res)
+        print(f"{spec}: fallbacks {n_fb}, reserve {reserve}; tokens/char contexts {m['korquad_contexts']['tokens_per_char']} "
+              f"({m['ratio_vs_morpheme_tokens_per_char_korquad_contexts']}x), reviews {m['nsmc_test_reviews']['tokens_per_char']} "
+              f"({m['ratio_vs_morpheme_tokens_per_char_nsmc_test_reviews']}x); lone {m['korquad_contexts']['lone_marker_share_of_tokens']}; "
+              f"aligned {m['aligned']['aligned_share']}", flush=True)
+    print(f"morpheme: contexts {base['korquad_contexts']['tokens_per_char']}, reviews {base['nsmc_test_reviews']['tokens_per_char']} -> {a.out}")
+
+
+if __name__ == "__main__":
+    main()
