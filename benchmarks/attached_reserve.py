@@ -29,7 +29,7 @@ def usage(tok, texts: list[str], reserve: set[str], fallback: set[str]) -> dict:
     fb = {p: n for p, n in used.items() if p in fallback}
     return {
         "texts": len(texts), "tokens": total, "characters": sum(len(t) for t in texts),
-        "fallbacks_used": len(fb), "fallback_tokens_share": round(sum(fb.values()) / max(total, 1), 4),
+        "fallbacks_used": len(fb), "fallback_tokens": sum(fb.values()), "fallback_tokens_share": round(sum(fb.values()) / max(total, 1), 4),
         "multi_character_used": len(used) - len(fb), "multi_character_tokens_share": round((sum(used.values()) - sum(fb.values())) / max(total, 1), 4),
     }
 
@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--vocab", required=True, help="a morpheme-attached vocabulary folder (korbert vocab --kind morpheme-attached)")
     ap.add_argument("--korquad", required=True, help="KorQuAD_v1.0_dev.json: its contexts")
     ap.add_argument("--nsmc", required=True, help="ratings_test.txt: its reviews")
-    ap.add_argument("--nsmc-limit", type=int, default=20000, help="reviews read (the first N)")
+    ap.add_argument("--nsmc-limit", type=int, default=0, help="reviews read (the first N; 0: all, as benchmarks/tokenizer_kinds.py reads them)")
     ap.add_argument("--out", default="benchmarks/results/tokenizer-attached-reserve.json")
     a = ap.parse_args()
     import sentencepiece as spm
@@ -48,7 +48,7 @@ def main() -> None:
     from korbert.tokenizer import KorBertTokenizer
 
     manifest = json.loads((Path(a.vocab) / "manifest.json").read_text())
-    if "morpheme-attached" not in str(manifest.get("config", "")):
+    if (manifest.get("config") or {}).get("kind") != "morpheme-attached":
         sys.exit(f"{a.vocab} is not a morpheme-attached vocabulary (its manifest's config says another kind)")
     sp = spm.SentencePieceProcessor(model_file=str(Path(a.vocab) / "spm.model"))
     tok = KorBertTokenizer.from_pretrained(a.vocab)
@@ -57,7 +57,8 @@ def main() -> None:
     fallback = {p for p in reserve if len(p) == 2}
     kq = json.loads(Path(a.korquad).read_text(encoding="utf-8"))
     contexts = [p["context"] for art in kq["data"] for p in art["paragraphs"]]
-    reviews = [line.split("\t")[1] for line in Path(a.nsmc).read_text(encoding="utf-8").splitlines()[1 : a.nsmc_limit + 1] if line.count("\t") >= 2]
+    rows = Path(a.nsmc).read_text(encoding="utf-8").splitlines()[1:]
+    reviews = [line.split("\t")[1] for line in (rows[: a.nsmc_limit] if a.nsmc_limit else rows) if line.count("\t") >= 2]
     res = {
         "stage": "tokenizer", "what": "how a morpheme-attached vocabulary's reserve of '▁' + piece entries is spent: single-character fallbacks "
         "against multi-character pieces, and how many of each held-out text uses",

@@ -5,11 +5,12 @@ alignment for each policy, against today's (`corpus_tools.vocab.attach_markers`)
     python benchmarks/attached_reserve_policies.py --corpus runs/tk-sample/corpus.jsonl --vocab-size 8000 \
         --out benchmarks/results/tokenizer-attached-policies-sample.json
 
-A policy is EXTRA:MIN_STARTS. Today's: a `▁`+c fallback for every single-character piece c (MIN_STARTS 0),
-and a reserve of those fallbacks plus EXTRA = 2% of the vocabulary for `▁` + longer pieces. MIN_STARTS N
-keeps a fallback only for characters that begin at least N words of the training lines (a word that starts
-with another character pays a lone `▁`); a larger EXTRA trades SentencePiece's own pieces for more
-`▁` + piece entries. The training lines come from `korbert vocab --kind morpheme-attached` itself (Kiwi
+A policy is EXTRA:MIN_STARTS. Today's (0.02:0): a `▁`+c fallback for every single-character piece c, in a
+reserve sized as the fallbacks plus EXTRA = 2% of the vocabulary; what the fallbacks leave of it goes to
+`▁` + longer pieces (the smaller SentencePiece model needs more fallbacks than the first sizing counted, so
+little is left). MIN_STARTS N keeps a fallback only for characters that begin at least N words of the
+training lines (a smaller reserve: more SentencePiece pieces; a word that starts with another character
+pays a lone `▁`); a larger EXTRA trades SentencePiece's own pieces for more `▁` + longer pieces. The training lines come from `korbert vocab --kind morpheme-attached` itself (Kiwi
 once, cached beside --out); each policy then trains SentencePiece as `attach_markers` does.
 The baseline is the morpheme kind's tokens/char from `korbert vocab --kind morpheme` on the same corpus
 (--morpheme-vocab, or built here).
@@ -35,15 +36,30 @@ class _Captured(Exception):
     pass
 
 
-def training_lines(corpus: str, vocab_size: int, cache: Path):
-    """(lines, cfg, threads) exactly as `korbert vocab --kind morpheme-attached` hands them to attach_markers."""
-    import corpus_tools.vocab as V
+def file_sha256(path: str) -> str:
+    import hashlib
 
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def training_lines(corpus: str, vocab_size: int, cache: Path):
+    """(lines, cfg, threads) exactly as `korbert vocab --kind morpheme-attached` hands them to attach_markers;
+    cached for this corpus's bytes and vocabulary size only."""
+    import corpus_tools.vocab as V
+    from corpus_tools.artifacts import atomic_write_bytes
+
+    key = {"corpus_sha256": file_sha256(corpus), "vocab_size": vocab_size}
     if cache.exists():
-        return pickle.loads(cache.read_bytes())
+        got = pickle.loads(cache.read_bytes())
+        if isinstance(got, dict) and got.get("key") == key:
+            return got["lines"], got["cfg"], got["threads"]
 
     def capture(lines, cfg, threads):
-        cache.write_bytes(pickle.dumps((lines, cfg, threads)))
+        atomic_write_bytes(cache, pickle.dumps({"key": key, "lines": lines, "cfg": cfg, "threads": threads}))
         raise _Captured()
 
     real, V.attach_markers = V.attach_markers, capture
@@ -54,7 +70,8 @@ def training_lines(corpus: str, vocab_size: int, cache: Path):
         pass
     finally:
         V.attach_markers = real
-    return pickle.loads(cache.read_bytes())
+    got = pickle.loads(cache.read_bytes())
+    return got["lines"], got["cfg"], got["threads"]
 
 
 def policy(lines: list[str], cfg, threads: int, extra_frac: float, min_starts: int):
@@ -89,6 +106,8 @@ def policy(lines: list[str], cfg, threads: int, extra_frac: float, min_starts: i
         score, initial, after = needs(model)
         if len(initial) <= reserve:
             break
+    if len(initial) > reserve:  # (as attach_markers refuses it)
+        raise SystemExit(f"{len(initial)} single characters need a word-start piece, more than half of --vocab-size {cfg.vocab_size}")
     added = {"▁" + c: score["▁"] + score[c] for c in initial}
     for p, _ in sorted(after.items(), key=lambda kv: (-kv[1], kv[0])):
         if len(added) >= reserve:
@@ -128,20 +147,27 @@ def main() -> None:
     mdir = Path(a.morpheme_vocab) if a.morpheme_vocab else work / f"morpheme-{a.vocab_size}"
     if not a.morpheme_vocab:
         V.main(V.C.parse(V.VocabConfig, ["--inputs", a.corpus, "--vocab-size", str(a.vocab_size), "--out", str(mdir)], prog="korbert vocab"))
+    mm = json.loads((mdir / "manifest.json").read_text())
+    if mm["config"].get("vocab_size") != a.vocab_size or [i["sha256"] for i in mm["inputs"]] != [file_sha256(a.corpus)]:
+        sys.exit(f"{mdir} was not built from {a.corpus} at --vocab-size {a.vocab_size} (its manifest says otherwise)")
     base = measure(KorBertTokenizer.from_pretrained(str(mdir)))
     lines, cfg, threads = training_lines(a.corpus, a.vocab_size, work / f"lines-{a.vocab_size}.pkl")
     res = {
         "stage": "tokenizer", "what": "morpheme-attached reserve policies (EXTRA:MIN_STARTS; 0.02:0 is today's) against the morpheme kind, "
         "on the KorQuAD dev contexts and the NSMC-R test reviews", "command": "python " + " ".join(sys.argv), "machine": machine(),
-        "corpus": a.corpus, "vocab_size": a.vocab_size, "training_lines": len(lines), "morpheme": base, "policies": {},
+        "corpus": a.corpus, "corpus_sha256": file_sha256(a.corpus), "vocab_size": a.vocab_size, "training_lines": len(lines),
+        "morpheme_vocab": str(mdir), "morpheme_tokenizer_hash": mm.get("tokenizer_hash"), "morpheme": base, "policies": {},
     }
     for spec in a.policies:
         extra, _, mins = spec.partition(":")
         model, added, n_fb, reserve = policy(lines, cfg, threads, float(extra), int(mins or 0))
-        spm_path = work / "policy-spm.model"
+        spm_path = work / f"policy-{spec.replace(':', '_')}.model"  # what was measured, kept: the model and its entries
         spm_path.write_bytes(model)
+        spm_path.with_suffix(".added.json").write_text(json.dumps(added, ensure_ascii=False, indent=0))
         m = measure(KorBertTokenizer.from_spm(spm_path, "unigram", dict(V.DEFAULT_KIWI), attached=added))
-        m.update({"fallbacks": n_fb, "reserve": reserve, "added": len(added)})
+        m.update({"fallbacks": n_fb, "longer_pieces": len(added) - n_fb, "reserve": reserve, "added": len(added),
+                  "sentencepiece_pieces": a.vocab_size - reserve, "model_sha256": file_sha256(str(spm_path)),
+                  "added_sha256": file_sha256(str(spm_path.with_suffix(".added.json")))})
         for text in ("korquad_contexts", "nsmc_test_reviews"):
             m[f"ratio_vs_morpheme_tokens_per_char_{text}"] = round(m[text]["tokens_per_char"] / base[text]["tokens_per_char"], 3)
         res["policies"][spec] = m

@@ -351,6 +351,8 @@ def drive(a) -> None:
                 p.kill()
                 rc = f"killed at {a.kill_seconds:.0f} s"
                 p.wait()
+            if isinstance(rc, int) and rc < 0 and stop:
+                continue  # ended by the group's signal: the stop branch records it as terminated
             if rc is not None:
                 del running[name]
                 finish(name, rc)
