@@ -11,7 +11,7 @@ reserve sized as the fallbacks plus EXTRA = 2% of the vocabulary; what the fallb
 little is left). MIN_STARTS N keeps a fallback only for characters that begin at least N words of the
 training lines (a smaller reserve: more SentencePiece pieces; a word that starts with another character
 pays a lone `▁`); a larger EXTRA trades SentencePiece's own pieces for more `▁` + longer pieces. The training lines come from `korbert vocab --kind morpheme-attached` itself (Kiwi
-once, cached beside --out); each policy then trains SentencePiece as `attach_markers` does.
+once, cached under --work); each policy then runs `corpus_tools.vocab.reserve_markers`, the kind's own code, with its knobs.
 The baseline is the morpheme kind's tokens/char from `korbert vocab --kind morpheme` on the same corpus
 (--morpheme-vocab, or built here).
 """
@@ -22,8 +22,6 @@ import argparse
 import json
 import pickle
 import sys
-from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,23 +34,13 @@ class _Captured(Exception):
     pass
 
 
-def file_sha256(path: str) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def training_lines(corpus: str, vocab_size: int, cache: Path):
+def training_lines(corpus: str, corpus_sha256: str, vocab_size: int, cache: Path):
     """(lines, cfg, threads) exactly as `korbert vocab --kind morpheme-attached` hands them to attach_markers;
     cached for this corpus's bytes and vocabulary size only."""
     import corpus_tools.vocab as V
     from corpus_tools.artifacts import atomic_write_bytes
 
-    key = {"corpus_sha256": file_sha256(corpus), "vocab_size": vocab_size}
+    key = {"corpus_sha256": corpus_sha256, "vocab_size": vocab_size}
     if cache.exists():
         got = pickle.loads(cache.read_bytes())
         if isinstance(got, dict) and got.get("key") == key:
@@ -74,48 +62,6 @@ def training_lines(corpus: str, vocab_size: int, cache: Path):
     return got["lines"], got["cfg"], got["threads"]
 
 
-def policy(lines: list[str], cfg, threads: int, extra_frac: float, min_starts: int):
-    """attach_markers with the two knobs: -> (model bytes, {"▁" + p: score}, fallbacks, reserve)."""
-    import sentencepiece as spm
-
-    import corpus_tools.vocab as V
-
-    words = V._word_starts(lines)
-    distinct = list(words)
-    starts: Counter = Counter()
-    for w, n in words.items():
-        if w:
-            starts[w[0]] += n
-
-    def needs(model: bytes):
-        sp = spm.SentencePieceProcessor(model_proto=model)
-        score = {sp.id_to_piece(i): sp.get_score(i) for i in range(sp.get_piece_size())
-                 if not (sp.is_control(i) or sp.is_unused(i) or sp.is_byte(i) or sp.is_unknown(i))}
-        initial = sorted(c for c in score if len(c) == 1 and c != "▁" and "▁" + c not in score and starts[c] >= min_starts)
-        after: Counter = Counter()
-        for w, pieces in zip(distinct, sp.encode([" " + w for w in distinct], out_type=str, num_threads=threads)):
-            if len(pieces) > 1 and pieces[0] == "▁" and pieces[1] in score and "▁" + pieces[1] not in score:
-                after[pieces[1]] += words[w]
-        return score, initial, after
-
-    extra = max(1, round(extra_frac * cfg.vocab_size))
-    _, initial, _ = needs(V.train_spm(lines, cfg, threads))
-    for _ in range(4):
-        reserve = min(len(initial) + extra, cfg.vocab_size // 2)
-        model = V.train_spm(lines, replace(cfg, vocab_size=cfg.vocab_size - reserve), threads)
-        score, initial, after = needs(model)
-        if len(initial) <= reserve:
-            break
-    if len(initial) > reserve:  # (as attach_markers refuses it)
-        raise SystemExit(f"{len(initial)} single characters need a word-start piece, more than half of --vocab-size {cfg.vocab_size}")
-    added = {"▁" + c: score["▁"] + score[c] for c in initial}
-    for p, _ in sorted(after.items(), key=lambda kv: (-kv[1], kv[0])):
-        if len(added) >= reserve:
-            break
-        added.setdefault("▁" + p, score["▁"] + score[p])
-    return model, added, len(initial), reserve
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", required=True, help="one .jsonl of documents (benchmarks/tokenizer_kinds.py's corpus.jsonl)")
@@ -129,7 +75,7 @@ def main() -> None:
     a = ap.parse_args()
 
     import corpus_tools.vocab as V
-    from corpus_tools.artifacts import atomic_write_json, machine
+    from corpus_tools.artifacts import atomic_write_json, machine, sha256_file
     from evals.tokenizer_metrics import answer_alignment, text_stats
     from korbert.tokenizer import KorBertTokenizer
 
@@ -147,27 +93,28 @@ def main() -> None:
     mdir = Path(a.morpheme_vocab) if a.morpheme_vocab else work / f"morpheme-{a.vocab_size}"
     if not a.morpheme_vocab:
         V.main(V.C.parse(V.VocabConfig, ["--inputs", a.corpus, "--vocab-size", str(a.vocab_size), "--out", str(mdir)], prog="korbert vocab"))
+    corpus_sha256 = sha256_file(a.corpus)
     mm = json.loads((mdir / "manifest.json").read_text())
-    if mm["config"].get("vocab_size") != a.vocab_size or [i["sha256"] for i in mm["inputs"]] != [file_sha256(a.corpus)]:
+    if mm["config"].get("vocab_size") != a.vocab_size or [i["sha256"] for i in mm["inputs"]] != [corpus_sha256]:
         sys.exit(f"{mdir} was not built from {a.corpus} at --vocab-size {a.vocab_size} (its manifest says otherwise)")
     base = measure(KorBertTokenizer.from_pretrained(str(mdir)))
-    lines, cfg, threads = training_lines(a.corpus, a.vocab_size, work / f"lines-{a.vocab_size}.pkl")
+    lines, cfg, threads = training_lines(a.corpus, corpus_sha256, a.vocab_size, work / f"lines-{a.vocab_size}.pkl")
     res = {
         "stage": "tokenizer", "what": "morpheme-attached reserve policies (EXTRA:MIN_STARTS; 0.02:0 is today's) against the morpheme kind, "
         "on the KorQuAD dev contexts and the NSMC-R test reviews", "command": "python " + " ".join(sys.argv), "machine": machine(),
-        "corpus": a.corpus, "corpus_sha256": file_sha256(a.corpus), "vocab_size": a.vocab_size, "training_lines": len(lines),
+        "corpus": a.corpus, "corpus_sha256": corpus_sha256, "vocab_size": a.vocab_size, "training_lines": len(lines),
         "morpheme_vocab": str(mdir), "morpheme_tokenizer_hash": mm.get("tokenizer_hash"), "morpheme": base, "policies": {},
     }
     for spec in a.policies:
         extra, _, mins = spec.partition(":")
-        model, added, n_fb, reserve = policy(lines, cfg, threads, float(extra), int(mins or 0))
+        model, added, n_fb, reserve = V.reserve_markers(lines, cfg, threads, float(extra), int(mins or 0))
         spm_path = work / f"policy-{spec.replace(':', '_')}.model"  # what was measured, kept: the model and its entries
         spm_path.write_bytes(model)
         spm_path.with_suffix(".added.json").write_text(json.dumps(added, ensure_ascii=False, indent=0))
         m = measure(KorBertTokenizer.from_spm(spm_path, "unigram", dict(V.DEFAULT_KIWI), attached=added))
         m.update({"fallbacks": n_fb, "longer_pieces": len(added) - n_fb, "reserve": reserve, "added": len(added),
-                  "sentencepiece_pieces": a.vocab_size - reserve, "model_sha256": file_sha256(str(spm_path)),
-                  "added_sha256": file_sha256(str(spm_path.with_suffix(".added.json")))})
+                  "sentencepiece_pieces": a.vocab_size - reserve, "model_sha256": sha256_file(spm_path),
+                  "added_sha256": sha256_file(spm_path.with_suffix(".added.json"))})
         for text in ("korquad_contexts", "nsmc_test_reviews"):
             m[f"ratio_vs_morpheme_tokens_per_char_{text}"] = round(m[text]["tokens_per_char"] / base[text]["tokens_per_char"], 3)
         res["policies"][spec] = m

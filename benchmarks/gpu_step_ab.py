@@ -326,10 +326,10 @@ def drive(a) -> None:
         if stop:
             for name, p in list(running.items()):
                 rc = p.poll()  # one that had just ended keeps its result; one the group's signal ended is terminated too
+                if rc is None:
+                    p.kill()
+                    p.wait()
                 if rc is None or rc < 0:
-                    if rc is None:
-                        p.kill()
-                        p.wait()
                     rc = f"terminated by signal {stop[0]} at {time.time() - t0:.0f} s"
                 del running[name]
                 finish(name, rc)

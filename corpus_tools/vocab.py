@@ -296,6 +296,13 @@ def _word_starts(lines: list[str]) -> Counter:
 
 
 def attach_markers(lines: list[str], cfg: VocabConfig, threads: int) -> tuple[bytes, dict[str, float]]:
+    """The morpheme-attached kind: `reserve_markers` at this kind's settings -> (model, {"▁" + p: score})."""
+    model, added, _, _ = reserve_markers(lines, cfg, threads)
+    return model, added
+
+
+def reserve_markers(lines: list[str], cfg: VocabConfig, threads: int, extra_frac: float = 0.02,
+                    min_starts: int = 0) -> tuple[bytes, dict[str, float], int, int]:
     """The morpheme-attached kind: a unigram vocabulary of --vocab-size pieces in which no word's
     "▁" stands alone. SentencePiece learns "▁갔다" for frequent words, but a word whose start has no
     such piece pays a lone "▁" token before its first piece ("▁" + "싶"). Here SentencePiece trains
@@ -307,27 +314,33 @@ def attach_markers(lines: list[str], cfg: VocabConfig, threads: int) -> tuple[by
       2. then, by how many word starts they would take, "▁" + p for the pieces p that follow a lone
          "▁" in the training lines, until the vocabulary is --vocab-size again.
 
-    The reserve is sized on a first model of the full size (its needs in 1, plus 2% of the budget),
-    and grown while the model trained on what is left needs more. -> (that SentencePiece model, {"▁" + p: score}).
-    A word whose first character is not in the vocabulary at all (byte fallback) still gets a lone
-    "▁"."""
+    The reserve is sized on a first model of the full size (its needs in 1, plus `extra_frac` of the
+    budget), and grown while the model trained on what is left needs more. A word whose first character
+    is not in the vocabulary at all (byte fallback) still gets a lone "▁". `min_starts` > 0 keeps a
+    fallback only for characters that begin at least that many words of the lines (the others pay a lone
+    "▁"): with `extra_frac`, the knobs benchmarks/attached_reserve_policies.py tries; the kind itself
+    uses the defaults. -> (that SentencePiece model, {"▁" + p: score}, fallbacks, reserve)."""
     import sentencepiece as spm
 
     words = _word_starts(lines)
     distinct = list(words)
+    starts: Counter = Counter()  # words beginning with each character
+    for w, n in words.items():
+        if w:
+            starts[w[0]] += n
 
     def needs(model: bytes) -> tuple[dict[str, float], list[str], Counter]:
         sp = spm.SentencePieceProcessor(model_proto=model)
         score = {sp.id_to_piece(i): sp.get_score(i) for i in range(sp.get_piece_size())
                  if not (sp.is_control(i) or sp.is_unused(i) or sp.is_byte(i) or sp.is_unknown(i))}
-        initial = sorted(c for c in score if len(c) == 1 and c != "▁" and "▁" + c not in score)
+        initial = sorted(c for c in score if len(c) == 1 and c != "▁" and "▁" + c not in score and starts[c] >= min_starts)
         after: Counter = Counter()
         for w, pieces in zip(distinct, sp.encode([" " + w for w in distinct], out_type=str, num_threads=threads)):
             if len(pieces) > 1 and pieces[0] == "▁" and pieces[1] in score and "▁" + pieces[1] not in score:
                 after[pieces[1]] += words[w]
         return score, initial, after
 
-    extra = max(1, round(0.02 * cfg.vocab_size))
+    extra = max(1, round(extra_frac * cfg.vocab_size))
     _, initial, _ = needs(train_spm(lines, cfg, threads))
     for _ in range(4):  # a smaller model can need more fallbacks than the first: then the reserve grows
         reserve = min(len(initial) + extra, cfg.vocab_size // 2)
@@ -343,7 +356,7 @@ def attach_markers(lines: list[str], cfg: VocabConfig, threads: int) -> tuple[by
         if len(added) >= reserve:
             break
         added.setdefault("▁" + p, score["▁"] + score[p])
-    return model, added  # fewer than the reserve only when fewer pieces ever follow a lone "▁" (the manifest's vocab_size says)
+    return model, added, len(initial), reserve  # fewer than the reserve only when fewer pieces ever follow a lone "▁" (the manifest's vocab_size says)
 
 
 def plain_sentences(texts: list[str]) -> list[str]:
