@@ -1,16 +1,18 @@
 """Other ways to spend the morpheme-attached kind's reserve (issue 45), measured on held-out text before
 any of them becomes a vocabulary version: tokens per character, lone "▁" share and KorQuAD answer
-alignment for each policy, against today's (`corpus_tools.vocab.attach_markers`).
+alignment for each policy, against the morpheme kind's.
 
     python benchmarks/attached_reserve_policies.py --corpus runs/tk-sample/corpus.jsonl --vocab-size 8000 \
-        --out benchmarks/results/tokenizer-attached-policies-sample.json
+        --out benchmarks/results/tokenizer-attached-policies-coverage-sample.json
 
-A policy is EXTRA:MIN_STARTS. Today's (0.02:0): a `▁`+c fallback for every single-character piece c, in a
+A policy is EXTRA:COVERAGE; today's kind (ATTACH_VERSION 3) is 0.10:0.995. Version 2's (0.02:1): a `▁`+c fallback for every single-character piece c, in a
 reserve sized as the fallbacks plus EXTRA = 2% of the vocabulary; what the fallbacks leave of it goes to
 `▁` + longer pieces (the smaller SentencePiece model needs more fallbacks than the first sizing counted, so
-little is left). MIN_STARTS N keeps a fallback only for characters that begin at least N words of the
-training lines (a smaller reserve: more SentencePiece pieces; a word that starts with another character
-pays a lone `▁`); a larger EXTRA trades SentencePiece's own pieces for more `▁` + longer pieces. The training lines come from `korbert vocab --kind morpheme-attached` itself (Kiwi
+little is left). COVERAGE < 1 keeps a fallback only for the most frequent word-start characters that
+together begin that share of the training lines' words (a smaller reserve: more SentencePiece pieces; a
+word that starts with another character pays a lone `▁`); a larger EXTRA trades SentencePiece's own
+pieces for more `▁` + longer pieces. (The results measured at d018e5b and before name EXTRA:MIN_STARTS,
+a count of word starts, instead.) The training lines come from `korbert vocab --kind morpheme-attached` itself (Kiwi
 once, cached under --work); each policy then runs `corpus_tools.vocab.reserve_markers`, the kind's own code, with its knobs.
 The baseline is the morpheme kind's tokens/char from `korbert vocab --kind morpheme` on the same corpus
 (--morpheme-vocab, or built here).
@@ -34,13 +36,13 @@ class _Captured(Exception):
     pass
 
 
-def training_lines(corpus: str, corpus_sha256: str, vocab_size: int, cache: Path):
+def training_lines(corpus: list[str], content: list, vocab_size: int, cache: Path):
     """(lines, cfg, threads) exactly as `korbert vocab --kind morpheme-attached` hands them to attach_markers;
-    cached for this corpus's bytes and vocabulary size only."""
+    cached for these inputs' bytes (`content`) and vocabulary size only."""
     import corpus_tools.vocab as V
     from corpus_tools.artifacts import atomic_write_bytes
 
-    key = {"corpus_sha256": corpus_sha256, "vocab_size": vocab_size}
+    key = {"inputs": content, "vocab_size": vocab_size}
     if cache.exists():
         got = pickle.loads(cache.read_bytes())
         if isinstance(got, dict) and got.get("key") == key:
@@ -52,7 +54,7 @@ def training_lines(corpus: str, corpus_sha256: str, vocab_size: int, cache: Path
 
     real, V.attach_markers = V.attach_markers, capture
     try:
-        V.main(V.C.parse(V.VocabConfig, ["--inputs", corpus, "--vocab-size", str(vocab_size), "--kind", "morpheme-attached",
+        V.main(V.C.parse(V.VocabConfig, ["--inputs", *corpus, "--vocab-size", str(vocab_size), "--kind", "morpheme-attached",
                                           "--out", str(cache.with_suffix(".vocab")), "--force"], prog="korbert vocab"))
     except _Captured:
         pass
@@ -64,18 +66,30 @@ def training_lines(corpus: str, corpus_sha256: str, vocab_size: int, cache: Path
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", required=True, help="one .jsonl of documents (benchmarks/tokenizer_kinds.py's corpus.jsonl)")
+    ap.add_argument("--corpus", required=True, nargs="+",
+                    help="korbert vocab --inputs: e.g. benchmarks/tokenizer_kinds.py's corpus.jsonl, or the cpu preset's three files")
     ap.add_argument("--vocab-size", type=int, default=8000)
-    ap.add_argument("--policies", nargs="+", default=["0.02:0", "0.02:1", "0.10:1"], help="EXTRA:MIN_STARTS; 0.02:0 is today's")
+    ap.add_argument("--policies", nargs="+", default=["0.02:1", "0.10:0.995"],
+                    help="EXTRA:COVERAGE, COVERAGE in (0, 1]; 0.02:1 is version 2's, 0.10:0.995 today's")
     ap.add_argument("--morpheme-vocab", help="the morpheme kind's vocabulary on the same corpus (default: built under --work)")
     ap.add_argument("--work", default="runs/attached-policies")
     ap.add_argument("--korquad", default=str(SHARED / "korquad" / "KorQuAD_v1.0_dev.json"))
     ap.add_argument("--nsmc", default=str(SHARED / "nsmc" / "ratings_test.txt"))
     ap.add_argument("--out", default="benchmarks/results/tokenizer-attached-policies.json")
     a = ap.parse_args()
+    policies = {}
+    for spec in a.policies:
+        try:
+            extra, cover = (float(x) for x in spec.split(":"))
+        except ValueError:
+            ap.error(f"policy {spec!r}: expected EXTRA:COVERAGE, e.g. 0.10:0.99")
+        if not (0 <= extra < 0.5 and 0 < cover <= 1):
+            ap.error(f"policy {spec!r}: EXTRA must be in [0, 0.5) and COVERAGE in (0, 1]")
+        policies[spec] = (extra, cover)
 
     import corpus_tools.vocab as V
-    from corpus_tools.artifacts import atomic_write_json, machine, sha256_file
+    from corpus_tools.artifacts import atomic_write_json, file_record, machine, sha256_file
+    from corpus_tools.text import expand_inputs
     from evals.tokenizer_metrics import answer_alignment, text_stats
     from korbert.tokenizer import KorBertTokenizer
 
@@ -92,22 +106,38 @@ def main() -> None:
 
     mdir = Path(a.morpheme_vocab) if a.morpheme_vocab else work / f"morpheme-{a.vocab_size}"
     if not a.morpheme_vocab:
-        V.main(V.C.parse(V.VocabConfig, ["--inputs", a.corpus, "--vocab-size", str(a.vocab_size), "--out", str(mdir)], prog="korbert vocab"))
-    corpus_sha256 = sha256_file(a.corpus)
+        V.main(V.C.parse(V.VocabConfig, ["--inputs", *a.corpus, "--vocab-size", str(a.vocab_size), "--out", str(mdir)], prog="korbert vocab"))
+    records = [file_record(f) for f in expand_inputs(a.corpus)]
+    content = [[r["sha256"], r.get("first_documents")] for r in records]
     mm = json.loads((mdir / "manifest.json").read_text())
-    if mm["config"].get("vocab_size") != a.vocab_size or [i["sha256"] for i in mm["inputs"]] != [corpus_sha256]:
-        sys.exit(f"{mdir} was not built from {a.corpus} at --vocab-size {a.vocab_size} (its manifest says otherwise)")
+    same = {k: mm["config"].get(k) == getattr(V.VocabConfig(), k) for k in ("max_sentences", "seed", "num_unused", "model_type")}
+    if (mm["config"].get("vocab_size") != a.vocab_size or mm["config"].get("kind", "morpheme") != "morpheme" or not all(same.values())
+            or [[i["sha256"], i.get("first_documents")] for i in mm["inputs"]] != content):
+        sys.exit(f"{mdir} is not the morpheme kind built from {' '.join(a.corpus)} at --vocab-size {a.vocab_size} with the "
+                 f"default sampling (its manifest says otherwise)")
     base = measure(KorBertTokenizer.from_pretrained(str(mdir)))
-    lines, cfg, threads = training_lines(a.corpus, corpus_sha256, a.vocab_size, work / f"lines-{a.vocab_size}.pkl")
+    lines, cfg, threads = training_lines(a.corpus, content, a.vocab_size, work / f"lines-{a.vocab_size}.pkl")
+    full = {}  # every policy's reserve_markers trains the same full-size model first: train it once
+    train_spm = V.train_spm
+
+    def train_once(lines_, cfg_, threads_, suffix=False):
+        if not (lines_ is lines and cfg_ == cfg and threads_ == threads and not suffix):
+            return train_spm(lines_, cfg_, threads_, suffix=suffix)
+        if "model" not in full:
+            full["model"] = train_spm(lines_, cfg_, threads_)
+        return full["model"]
     res = {
-        "stage": "tokenizer", "what": "morpheme-attached reserve policies (EXTRA:MIN_STARTS; 0.02:0 is today's) against the morpheme kind, "
-        "on the KorQuAD dev contexts and the NSMC-R test reviews", "command": "python " + " ".join(sys.argv), "machine": machine(),
-        "corpus": a.corpus, "corpus_sha256": corpus_sha256, "vocab_size": a.vocab_size, "training_lines": len(lines),
+        "stage": "tokenizer", "what": "morpheme-attached reserve policies (EXTRA:COVERAGE; 0.02:1 is version 2's) against the morpheme kind, "
+        "on the KorQuAD dev contexts and the NSMC-R test reviews", "policy_form": "EXTRA:COVERAGE", "command": "python " + " ".join(sys.argv), "machine": machine(),
+        "corpus": a.corpus, "inputs": records, "vocab_size": a.vocab_size, "training_lines": len(lines),
         "morpheme_vocab": str(mdir), "morpheme_tokenizer_hash": mm.get("tokenizer_hash"), "morpheme": base, "policies": {},
     }
-    for spec in a.policies:
-        extra, _, mins = spec.partition(":")
-        model, added, n_fb, reserve = V.reserve_markers(lines, cfg, threads, float(extra), int(mins or 0))
+    for spec, (extra, cover) in policies.items():
+        V.train_spm = train_once
+        try:
+            model, added, n_fb, reserve = V.reserve_markers(lines, cfg, threads, extra, cover)
+        finally:
+            V.train_spm = train_spm
         spm_path = work / f"policy-{spec.replace(':', '_')}.model"  # what was measured, kept: the model and its entries
         spm_path.write_bytes(model)
         spm_path.with_suffix(".added.json").write_text(json.dumps(added, ensure_ascii=False, indent=0))

@@ -3,8 +3,8 @@
     python benchmarks/tokenizer_kinds.py --corpus ../shared/data/corpus/{reviews,petitions,kowiki}.jsonl.gz@... --vocab-size 8000
     python benchmarks/tokenizer_kinds.py --corpus corpus_tools/sample_data/*.jsonl.gz --out benchmarks/results/tokenizer-kinds-sample.json
 
-For each kind (morpheme: korbert's tokenizer; morpheme-attached: the same with no lone word-start
-"▁"; plain: SentencePiece over the NFC text, no Kiwi) a
+For each kind (morpheme: korbert's tokenizer; morpheme-attached: the same with a lone word-start
+"▁" only before rare first characters; plain: SentencePiece over the NFC text, no Kiwi) a
 vocabulary of --vocab-size is built with `korbert vocab --kind K` from the first --corpus-docs
 documents of each --corpus file (the same documents, sampling and specials for every kind), then
 `korbert shards` runs over the same documents with it. Measured:

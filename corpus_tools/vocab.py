@@ -1,7 +1,8 @@
 """Stage 1: raw text -> Kiwi morphemes -> a SentencePiece vocabulary -> a tokenizer folder.
 
 (`--kind plain`: no Kiwi, SentencePiece over the NFC text, a standard fast tokenizer: korbert/plain.py;
-`--kind morpheme-attached`: the morphemes with no lone word-start "▁": `attach_markers` below.)
+`--kind morpheme-attached`: the morphemes with no lone word-start "▁" but before rare first characters:
+`attach_markers` below.)
 
     korbert vocab --inputs corpus/*.jsonl.gz --out runs/vocab --vocab-size 32000
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import io
+import math
 import random
 import re
 import sys
@@ -38,7 +40,7 @@ from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_
 DELIM = "\x1f"  # unit separator: a control character, so cleaning guarantees it is not in the text
 FORMAT_VERSION = 1
 SAMPLE_MARGIN = 1.25  # documents are sampled until their estimated sentences are this many times --max-sentences
-ATTACH_VERSION = 2  # how morpheme-attached picks its word-start pieces (attach_markers): a change is another vocabulary
+ATTACH_VERSION = 3  # how morpheme-attached picks its word-start pieces (attach_markers): a change is another vocabulary
 SAMPLING = "documents-by-key-1"  # how the training sentences are drawn (in the config: a vocabulary drawn otherwise is other work)
 
 
@@ -53,7 +55,7 @@ class VocabConfig:
     out: str = C.field("runs/vocab", "output folder (a tokenizer folder with manifest.json)")
     kind: str = C.field(
         "morpheme", "morpheme: SentencePiece over Kiwi's morphemes (korbert's tokenizer); morpheme-attached: the same, with the "
-        "word-start marker inside a word's first piece, a token of its own only before a character the vocabulary lacks "
+        "word-start marker inside a word's first piece, a token of its own only before a rare first character "
         "(unigram only); plain: SentencePiece "
         "over the NFC text with no Kiwi, a standard fast tokenizer (the arm the morphemes are measured against)",
         choices=["morpheme", "morpheme-attached", "plain"],
@@ -286,12 +288,15 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
     return manifest
 
 
-def _word_starts(lines: list[str]) -> Counter:
-    """The word-initial segments of the training lines, counted: the segment after each space (the
-    one the tokenizer gives a "▁"); a text's first segment has none."""
+def _marked_segments(lines: list[str], suffix: bool = False) -> Counter:
+    """The segments of the training lines that carry a word's "▁", counted: the segment after each
+    space (a text's first segment has none); with `suffix`, the segment before each space."""
     words: Counter = Counter()
     for line in lines:
-        words.update(part.split(DELIM, 1)[0] for part in line.split(" ")[1:] if part)
+        if suffix:
+            words.update(part.rsplit(DELIM, 1)[-1] for part in line.split(" ")[:-1] if part)
+        else:
+            words.update(part.split(DELIM, 1)[0] for part in line.split(" ")[1:] if part)
     return words
 
 
@@ -301,62 +306,90 @@ def attach_markers(lines: list[str], cfg: VocabConfig, threads: int) -> tuple[by
     return model, added
 
 
-def reserve_markers(lines: list[str], cfg: VocabConfig, threads: int, extra_frac: float = 0.02,
-                    min_starts: int = 0) -> tuple[bytes, dict[str, float], int, int]:
-    """The morpheme-attached kind: a unigram vocabulary of --vocab-size pieces in which no word's
-    "▁" stands alone. SentencePiece learns "▁갔다" for frequent words, but a word whose start has no
-    such piece pays a lone "▁" token before its first piece ("▁" + "싶"). Here SentencePiece trains
-    on fewer pieces, and the rest of the budget goes to "▁" + p pieces, each scored as the two-token
-    path it replaces (score("▁") + score(p)), while the tokenizer never picks "▁" alone:
+def reserve_markers(lines: list[str], cfg: VocabConfig, threads: int, extra_frac: float = 0.10,
+                    start_coverage: float = 0.995, suffix: bool = False) -> tuple[bytes, dict[str, float], int, int]:
+    """The morpheme-attached kind: a unigram vocabulary of --vocab-size pieces in which a word's "▁"
+    stands alone only before a rare first character (or a lacking one). SentencePiece learns "▁갔다" for frequent words,
+    but a word whose start has no such piece pays a lone "▁" token before its first piece ("▁" + "싶").
+    Here SentencePiece trains on fewer pieces, and the rest of the budget goes to "▁" + p pieces, each
+    scored as the two-token path it replaces (score("▁") + score(p)), while the tokenizer picks "▁"
+    alone only where no such piece starts the word:
 
-      1. "▁" + c for every single-character piece c that has no such piece: the fallback, so a word
-         that starts with a character the vocabulary holds always has one;
+      1. "▁" + c for the single-character pieces c that have no such piece and are among the most
+         frequent word-start characters that together begin `start_coverage` of the lines' words: the
+         fallback, so such a word always has one (a word that starts with a rarer character pays a
+         lone "▁" unless step 2 adds "▁" + c; the pieces saved go to SentencePiece);
       2. then, by how many word starts they would take, "▁" + p for the pieces p that follow a lone
          "▁" in the training lines, until the vocabulary is --vocab-size again.
 
     The reserve is sized on a first model of the full size (its needs in 1, plus `extra_frac` of the
     budget), and grown while the model trained on what is left needs more. A word whose first character
-    is not in the vocabulary at all (byte fallback) still gets a lone "▁". `min_starts` > 0 keeps a
-    fallback only for characters that begin at least that many words of the lines (the others pay a lone
-    "▁"): with `extra_frac`, the knobs benchmarks/attached_reserve_policies.py tries; the kind itself
-    uses the defaults. -> (that SentencePiece model, {"▁" + p: score}, fallbacks, reserve)."""
+    is not in the vocabulary at all (byte fallback) also gets a lone "▁". `extra_frac` and
+    `start_coverage` are the knobs benchmarks/attached_reserve_policies.py tries; the kind uses the
+    defaults (version 2 of the kind was 0.02 and 1: a fallback for every character). `suffix` (a probe,
+    benchmarks/marker_side_probe.py: no tokenizer kind uses it) mirrors all of this for lines whose
+    "▁" ends a word (SentencePiece's treat_whitespace_as_suffix): p + "▁" pieces, fallbacks for the
+    word-final characters. -> (that SentencePiece model, {"▁" + p: score}, fallbacks, reserve)."""
     import sentencepiece as spm
 
-    words = _word_starts(lines)
+    words = _marked_segments(lines, suffix)
     distinct = list(words)
-    starts: Counter = Counter()  # words beginning with each character
+    starts: Counter = Counter()  # words beginning (suffix: ending) with each character
     for w, n in words.items():
         if w:
-            starts[w[0]] += n
+            starts[w[-1] if suffix else w[0]] += n
+    covered = _covering(starts, start_coverage)
+
+    def mark(p: str) -> str:
+        return p + "▁" if suffix else "▁" + p
 
     def needs(model: bytes) -> tuple[dict[str, float], list[str], Counter]:
         sp = spm.SentencePieceProcessor(model_proto=model)
         score = {sp.id_to_piece(i): sp.get_score(i) for i in range(sp.get_piece_size())
                  if not (sp.is_control(i) or sp.is_unused(i) or sp.is_byte(i) or sp.is_unknown(i))}
-        initial = sorted(c for c in score if len(c) == 1 and c != "▁" and "▁" + c not in score and starts[c] >= min_starts)
+        initial = sorted(c for c in score if len(c) == 1 and c != "▁" and mark(c) not in score and (covered is None or c in covered))
         after: Counter = Counter()
-        for w, pieces in zip(distinct, sp.encode([" " + w for w in distinct], out_type=str, num_threads=threads)):
-            if len(pieces) > 1 and pieces[0] == "▁" and pieces[1] in score and "▁" + pieces[1] not in score:
+        texts = [w + " " for w in distinct] if suffix else [" " + w for w in distinct]
+        for w, pieces in zip(distinct, sp.encode(texts, out_type=str, num_threads=threads)):
+            if suffix:
+                pieces = pieces[::-1]  # the marker last: its neighbour is then pieces[1] as well
+            if len(pieces) > 1 and pieces[0] == "▁" and pieces[1] in score and mark(pieces[1]) not in score:
                 after[pieces[1]] += words[w]
         return score, initial, after
 
     extra = max(1, round(extra_frac * cfg.vocab_size))
-    _, initial, _ = needs(train_spm(lines, cfg, threads))
+    _, initial, _ = needs(train_spm(lines, cfg, threads, suffix=suffix))
     for _ in range(4):  # a smaller model can need more fallbacks than the first: then the reserve grows
         reserve = min(len(initial) + extra, cfg.vocab_size // 2)
-        model = train_spm(lines, replace(cfg, vocab_size=cfg.vocab_size - reserve), threads)
+        model = train_spm(lines, replace(cfg, vocab_size=cfg.vocab_size - reserve), threads, suffix=suffix)
         score, initial, after = needs(model)
         if len(initial) <= reserve:
             break
     if len(initial) > reserve:
         raise InputError(f"--kind morpheme-attached: {len(initial)} single characters need a word-start piece, more than half of "
                          f"--vocab-size {cfg.vocab_size}; choose a larger vocabulary")
-    added = {"▁" + c: score["▁"] + score[c] for c in initial}
+    added = {mark(c): score["▁"] + score[c] for c in initial}
     for p, _ in sorted(after.items(), key=lambda kv: (-kv[1], kv[0])):
         if len(added) >= reserve:
             break
-        added.setdefault("▁" + p, score["▁"] + score[p])
+        added.setdefault(mark(p), score["▁"] + score[p])
     return model, added, len(initial), reserve  # fewer than the reserve only when fewer pieces ever follow a lone "▁" (the manifest's vocab_size says)
+
+
+def _covering(starts: Counter, coverage: float) -> set[str] | None:
+    """The most frequent word-start characters that together begin `coverage` of the words (ties by
+    character, so the set is deterministic); None at coverage >= 1: every character."""
+    if coverage >= 1:
+        return None
+    if not 0 < coverage:
+        raise ValueError(f"start coverage must be in (0, 1], got {coverage}")
+    need, kept, seen = math.ceil(coverage * sum(starts.values()) - 1e-9), set(), 0  # 0.07 * 100 is 7.000000000000001
+    for c, n in sorted(starts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if seen >= need:
+            break
+        kept.add(c)
+        seen += n
+    return kept
 
 
 def plain_sentences(texts: list[str]) -> list[str]:
@@ -366,7 +399,7 @@ def plain_sentences(texts: list[str]) -> list[str]:
     return [s for t in texts for s in sentences(t)]
 
 
-def train_spm(lines: list[str], cfg: VocabConfig, threads: int) -> bytes:
+def train_spm(lines: list[str], cfg: VocabConfig, threads: int, suffix: bool = False) -> bytes:
     import sentencepiece as spm
 
     buf = io.BytesIO()
@@ -389,6 +422,7 @@ def train_spm(lines: list[str], cfg: VocabConfig, threads: int) -> bytes:
                 add_dummy_prefix=False,  # a text's first segment has no preceding space, so no "▁"
                 remove_extra_whitespaces=False,  # keep the leading space of non-first sentences
                 pretokenization_delimiter=DELIM,
+                **({"treat_whitespace_as_suffix": True} if suffix else {}),  # only benchmarks/marker_side_probe.py
             ) if cfg.kind != "plain" else dict(  # plain: SentencePiece's own defaults, as korbert.plain encodes
                 add_dummy_prefix=True, remove_extra_whitespaces=True,
             )),

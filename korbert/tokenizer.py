@@ -131,8 +131,8 @@ class KorBertTokenizer(CachedEncoding, TokenizersBackend):
     ) -> "KorBertTokenizer":
         """Build the tokenizer from a SentencePiece model (`model_type` unigram or bpe) trained by
         `corpus_tools.vocab`. `attached` (unigram): word-start pieces ("▁" + a piece) appended after
-        the model's own, with their scores, and the lone "▁" never chosen on its own (the
-        morpheme-attached kind: corpus_tools.vocab.attach_markers)."""
+        the model's own, with their scores, and "▁" chosen on its own only where no such piece starts
+        the word (the morpheme-attached kind: corpus_tools.vocab.attach_markers)."""
         backend = spm_backend(Path(spm_path).read_bytes(), model_type, attached, where=str(spm_path))
         backend.pre_tokenizer = _placeholder_pre_tokenizer()
         backend.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
@@ -325,7 +325,7 @@ def spm_backend(model_proto: bytes, model_type: str = "unigram", attached: dict[
     and the five specials at ids 0..4. The caller sets the normalizer, pre-tokenizer and decoder
     (the morpheme kinds: `KorBertTokenizer.from_spm`; the plain kind: korbert/plain.py).
     `attached` (unigram): pieces appended after the model's own with their scores, and "▁" alone
-    never chosen (the morpheme-attached kind)."""
+    chosen only where no piece starts the word (the morpheme-attached kind)."""
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_proto=model_proto)

@@ -11,6 +11,16 @@ import pytest
 from corpus_tools import SAMPLE_DATA as SAMPLE
 
 
+def load_benchmark(name: str):
+    """benchmarks/NAME.py as a module (the folder is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def sample_texts(n: int = 3000, name: str = "reviews") -> list[str]:
     with gzip.open(SAMPLE / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
         return [json.loads(line)["text"] for _, line in zip(range(n), f)]

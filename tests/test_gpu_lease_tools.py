@@ -1,20 +1,14 @@
 """The GPU lease's helpers that run without a GPU: how many step configurations share a card
 (benchmarks/gpu_step_ab.py) and the training loop's medians (benchmarks/loop_rows.py)."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+from conftest import load_benchmark as load
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_parallel_configurations_fit_the_card():
