@@ -64,6 +64,29 @@ def training_lines(corpus: list[str], content: list, vocab_size: int, cache: Pat
     return got["lines"], got["cfg"], got["threads"]
 
 
+def parse_policy(ap: argparse.ArgumentParser, spec: str) -> tuple[float, float]:
+    """EXTRA:COVERAGE -> (extra, coverage), or a usage error."""
+    try:
+        extra, cover = (float(x) for x in spec.split(":"))
+    except ValueError:
+        ap.error(f"policy {spec!r}: expected EXTRA:COVERAGE, e.g. 0.10:0.995")
+    if not (0 <= extra < 0.5 and 0 < cover <= 1):
+        ap.error(f"policy {spec!r}: EXTRA must be in [0, 0.5) and COVERAGE in (0, 1]")
+    return extra, cover
+
+
+def check_morpheme_baseline(mdir: Path, content: list, cfg) -> dict:
+    """The morpheme kind's manifest in `mdir`, or exit: it must be built from the inputs `content`
+    ([sha256, first_documents] each) at cfg's vocabulary size and sampling."""
+    mm = json.loads((mdir / "manifest.json").read_text())
+    same = all(mm["config"].get(k) == getattr(cfg, k) for k in ("vocab_size", "max_sentences", "seed", "num_unused", "model_type"))
+    if (not same or mm["config"].get("kind", "morpheme") != "morpheme"
+            or [[i["sha256"], i.get("first_documents")] for i in mm["inputs"]] != content):
+        sys.exit(f"{mdir} is not the morpheme kind built from these inputs at vocabulary size {cfg.vocab_size} with the "
+                 f"same sampling (its manifest says otherwise)")
+    return mm
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", required=True, nargs="+",
@@ -77,44 +100,28 @@ def main() -> None:
     ap.add_argument("--nsmc", default=str(SHARED / "nsmc" / "ratings_test.txt"))
     ap.add_argument("--out", default="benchmarks/results/tokenizer-attached-policies.json")
     a = ap.parse_args()
-    policies = {}
-    for spec in a.policies:
-        try:
-            extra, cover = (float(x) for x in spec.split(":"))
-        except ValueError:
-            ap.error(f"policy {spec!r}: expected EXTRA:COVERAGE, e.g. 0.10:0.99")
-        if not (0 <= extra < 0.5 and 0 < cover <= 1):
-            ap.error(f"policy {spec!r}: EXTRA must be in [0, 0.5) and COVERAGE in (0, 1]")
-        policies[spec] = (extra, cover)
+    policies = {spec: parse_policy(ap, spec) for spec in a.policies}
 
     import corpus_tools.vocab as V
     from corpus_tools.artifacts import atomic_write_json, file_record, machine, sha256_file
     from corpus_tools.text import expand_inputs
     from evals.tokenizer_metrics import answer_alignment, text_stats
     from korbert.tokenizer import KorBertTokenizer
+    from tokenizer_kinds import held_out
 
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    kq = json.loads(Path(a.korquad).read_text(encoding="utf-8"))
-    contexts = [p["context"] for art in kq["data"] for p in art["paragraphs"]]
-    answers = [(p["context"], q["answers"][0]["answer_start"], q["answers"][0]["text"]) for art in kq["data"] for p in art["paragraphs"] for q in p["qas"]]
-    reviews = [line.split("\t")[1] for line in Path(a.nsmc).read_text(encoding="utf-8").splitlines()[1:] if line.count("\t") >= 2]
+    texts, answers = held_out(Path(a.korquad), Path(a.nsmc))
 
     def measure(tok) -> dict:
-        c, r = text_stats(tok, contexts), text_stats(tok, reviews)
-        return {"korquad_contexts": c, "nsmc_test_reviews": r, "aligned": answer_alignment(tok, answers)}
+        return {**{k: text_stats(tok, t) for k, t in texts.items()}, "aligned": answer_alignment(tok, answers)}
 
     mdir = Path(a.morpheme_vocab) if a.morpheme_vocab else work / f"morpheme-{a.vocab_size}"
     if not a.morpheme_vocab:
         V.main(V.C.parse(V.VocabConfig, ["--inputs", *a.corpus, "--vocab-size", str(a.vocab_size), "--out", str(mdir)], prog="korbert vocab"))
     records = [file_record(f) for f in expand_inputs(a.corpus)]
     content = [[r["sha256"], r.get("first_documents")] for r in records]
-    mm = json.loads((mdir / "manifest.json").read_text())
-    same = {k: mm["config"].get(k) == getattr(V.VocabConfig(), k) for k in ("max_sentences", "seed", "num_unused", "model_type")}
-    if (mm["config"].get("vocab_size") != a.vocab_size or mm["config"].get("kind", "morpheme") != "morpheme" or not all(same.values())
-            or [[i["sha256"], i.get("first_documents")] for i in mm["inputs"]] != content):
-        sys.exit(f"{mdir} is not the morpheme kind built from {' '.join(a.corpus)} at --vocab-size {a.vocab_size} with the "
-                 f"default sampling (its manifest says otherwise)")
+    mm = check_morpheme_baseline(mdir, content, V.VocabConfig(vocab_size=a.vocab_size))  # the sampling korbert vocab's defaults give
     base = measure(KorBertTokenizer.from_pretrained(str(mdir)))
     lines, cfg, threads = training_lines(a.corpus, content, a.vocab_size, work / f"lines-{a.vocab_size}.pkl")
     full = {}  # every policy's reserve_markers trains the same full-size model first: train it once

@@ -22,7 +22,6 @@ gives what attached_reserve_policies.py gives).
 from __future__ import annotations
 
 import argparse
-import json
 import pickle
 import sys
 import time
@@ -81,32 +80,20 @@ def main() -> None:
     a = ap.parse_args()
 
     import corpus_tools.vocab as V
+    from attached_reserve_policies import check_morpheme_baseline, parse_policy
     from corpus_tools.artifacts import atomic_write_json, machine, sha256_file
+    from tokenizer_kinds import held_out
 
     got = pickle.loads(Path(a.lines).read_bytes())
     lines, cfg, threads = got["lines"], got["cfg"], got["threads"]
     mdir = Path(a.morpheme_vocab)
-    mm = json.loads((mdir / "manifest.json").read_text())
     content = got["key"].get("inputs") if isinstance(got.get("key"), dict) else None
-    same = all(mm["config"].get(k) == getattr(cfg, k) for k in ("max_sentences", "seed", "num_unused", "model_type"))
-    if (mm["config"].get("vocab_size") != cfg.vocab_size or mm["config"].get("kind", "morpheme") != "morpheme" or not same
-            or [[i["sha256"], i.get("first_documents")] for i in mm["inputs"]] != content):
-        sys.exit(f"{mdir} is not the morpheme kind built from the inputs of {a.lines} at vocab size {cfg.vocab_size} with its sampling")
+    mm = check_morpheme_baseline(mdir, content, cfg)
     if len(lines) >= cfg.max_sentences:  # the vocabulary's reservoir sample: lines no longer follow their documents
         sys.exit(f"{a.lines}: {len(lines)} lines, a sample of --max-sentences; suffix_lines needs every sentence in document order")
-    try:
-        extra, cover = (float(x) for x in a.policy.split(":"))
-    except ValueError:
-        ap.error(f"--policy {a.policy!r}: expected EXTRA:COVERAGE, e.g. 0.10:0.995")
-    if not (0 <= extra < 0.5 and 0 < cover <= 1):
-        ap.error(f"--policy {a.policy!r}: EXTRA must be in [0, 0.5) and COVERAGE in (0, 1]")
+    extra, cover = parse_policy(ap, a.policy)
 
-    kq = json.loads(Path(a.korquad).read_text(encoding="utf-8"))
-    texts = {
-        "korquad_contexts": [" ".join(p["context"].split()) for art in kq["data"] for p in art["paragraphs"]],
-        "nsmc_test_reviews": [" ".join(line.split("\t")[1].split()) for line in Path(a.nsmc).read_text(encoding="utf-8").splitlines()[1:]
-                              if line.count("\t") >= 2 and line.split("\t")[1].strip()],
-    }
+    texts = {k: [" ".join(t.split()) for t in v] for k, v in held_out(Path(a.korquad), Path(a.nsmc))[0].items()}
     segs = {k: segments(v, threads) for k, v in texts.items()}
     chars = {k: sum(map(len, v)) for k, v in texts.items()}
 

@@ -179,12 +179,6 @@ def attached_dir(tmp_path_factory, corpus_file) -> Path:
     return out
 
 
-def _after_lone(tok, text: str) -> list[str]:
-    """The pieces that follow a lone "▁" in the text's tokens."""
-    pieces = tok.convert_ids_to_tokens(tok(text, add_special_tokens=False)["input_ids"])
-    return [pieces[k + 1] for k in range(len(pieces) - 1) if pieces[k] == "▁" and not pieces[k + 1].startswith("<0x")]
-
-
 def test_the_attached_kind_leaves_a_word_start_alone_only_before_rare_characters_and_keeps_offsets_and_decoding(attached_dir, vocab_dir, corpus_file, tmp_path):
     from corpus_tools import SAMPLE_DATA
     from corpus_tools.guard import korquad_contexts
@@ -194,7 +188,7 @@ def test_the_attached_kind_leaves_a_word_start_alone_only_before_rare_characters
     attached, morpheme = KorBertTokenizer.from_pretrained(attached_dir), KorBertTokenizer.from_pretrained(vocab_dir)
     assert len(attached) == len(morpheme) == 3000
     texts = [" ".join(t.split()) for t in sample_texts(3500)[3000:]] + [" ".join(c.split()) for _, c in korquad_contexts(SAMPLE_DATA / "korquad_dev.json")]
-    lone, tokens, vocab = {}, {}, attached.get_vocab()
+    lone, tokens, vocab, after_lone = {}, {}, attached.get_vocab(), set()  # after_lone: the characters a lone "▁" precedes
     for name, tok in (("attached", attached), ("morpheme", morpheme)):
         enc = tok(texts, add_special_tokens=False, return_offsets_mapping=True)
         lone[name] = tokens[name] = 0
@@ -207,6 +201,8 @@ def test_the_attached_kind_leaves_a_word_start_alone_only_before_rare_characters
                     if name == "attached":  # only where no piece starts the word: a rare word-start character, or byte fallback
                         assert k + 1 < len(pieces) and (pieces[k + 1].startswith("<0x") or "▁" + pieces[k + 1][0] not in vocab), \
                             (text, pieces[k : k + 2])
+                        if not pieces[k + 1].startswith("<0x"):
+                            after_lone.add(pieces[k + 1][0])
             assert tok.decode(ids) == text  # decodes back to the text
             spans = [tuple(o) for o, p in zip(offsets, pieces) if p != "▁"]
             spans = [o for k, o in enumerate(spans) if k == 0 or o != spans[k - 1]]  # a character's byte pieces share its span
@@ -216,7 +212,6 @@ def test_the_attached_kind_leaves_a_word_start_alone_only_before_rare_characters
     # rare: the characters a lone "▁" precedes begin few of the held-out words (2.1% here: the KorQuAD contexts start
     # words with Latin letters and hanja the review corpus rarely does; fallbacks kept for the rarest would make it most)
     starts = Counter(w[0] for t in texts for w in t.split(" ")[1:] if w)
-    after_lone = {p[0] for t in texts for p in _after_lone(attached, t)}
     assert after_lone and sum(starts[c] for c in after_lone) < 0.05 * sum(starts.values())
     assert tokens["attached"] < 0.95 * tokens["morpheme"]
 
@@ -315,7 +310,7 @@ def test_the_marker_side_probe_moves_each_space_and_mirrors_the_reserve():
     """benchmarks/marker_side_probe.py: a line's leading space (it follows another sentence) moves to the
     end of the line before it; reserve_markers(suffix=True) trains SentencePiece with the marker after the
     word and reserves p + "▁" pieces, so a held-out word's end marker rarely stands alone."""
-    from corpus_tools.vocab import DELIM, VocabConfig, reserve_markers, segmented_sentences
+    from corpus_tools.vocab import DELIM, VocabConfig, reserve_markers, segmented_sentences, train_spm
 
     probe = load_benchmark("marker_side_probe")
     assert probe.suffix_lines(["a\x1fb c", " d e", "f", " g"]) == ["a\x1fb c ", "d e", "f ", "g"]
@@ -333,8 +328,6 @@ def test_the_marker_side_probe_moves_each_space_and_mirrors_the_reserve():
     held = probe.segments([" ".join(t.split()) for t in sample_texts(5000)[4500:]], threads=2)
     chars = sum(len(seg) for t in held for seg, _, _ in t)
     attached = probe.measure(model, added, held, chars, suffix=True)
-    from corpus_tools.vocab import train_spm
-
     alone = probe.measure(train_spm(suf, cfg, 2, suffix=True), None, held, chars, suffix=True)  # no reserve: lone end markers
     assert alone["lone_marker_share_of_tokens"] > 0.03
     assert attached["lone_marker_share_of_tokens"] < 0.2 * alone["lone_marker_share_of_tokens"]
