@@ -251,6 +251,23 @@ def test_a_vocabulary_of_another_kind_is_rebuilt_and_an_older_morpheme_one_is_no
         KorBertTokenizer.from_pretrained(folder)
 
 
+def test_an_attached_vocabulary_of_another_attach_version_is_rebuilt(attached_dir, corpus_file, tmp_path, capsys, monkeypatch):
+    """ATTACH_VERSION is part of the vocabulary's key: a folder built under another rule is not reused."""
+    import shutil
+
+    import corpus_tools.vocab as V
+
+    folder = tmp_path / "v"
+    shutil.copytree(attached_dir, folder)
+    cfg = V.VocabConfig(inputs=[str(corpus_file)], out=str(folder), vocab_size=3000, num_unused=5, show=0, kind="morpheme-attached")
+    capsys.readouterr()
+    V.main(cfg)
+    assert "vocabulary up to date" in capsys.readouterr().out
+    monkeypatch.setattr(V, "ATTACH_VERSION", V.ATTACH_VERSION - 1)
+    m = V.main(cfg)
+    assert "up to date" not in capsys.readouterr().out and m["config"]["attach_version"] == V.ATTACH_VERSION
+
+
 def hand_made_tokenizer(pieces: dict[str, float]):
     """A real fast tokenizer whose segmentation the test chooses: a Unigram model over `pieces`
     (scores), words at whitespace, "▁" before each (Metaspace), as the plain kind."""
