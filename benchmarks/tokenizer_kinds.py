@@ -76,6 +76,17 @@ def cpu_of(cmd: list[str]) -> tuple[float, float]:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
 
 
+def vocabulary(vocab: Path) -> dict:
+    """Which vocabulary a kind's numbers belong to: its tokenizer hash (manifest.json) and, for
+    morpheme-attached, the ATTACH_VERSION it was built under (results of another version are
+    another arm)."""
+    m = json.loads((vocab / "manifest.json").read_text(encoding="utf-8"))
+    out = {"tokenizer_hash": (m.get("tokenizer_hash") or "")[:12] or None}
+    if "attach_version" in m.get("config", {}):
+        out["attach_version"] = m["config"]["attach_version"]
+    return out
+
+
 def held_out(korquad: Path, nsmc_test: Path) -> tuple[dict[str, list[str]], list[tuple[str, int, str]]]:
     """({"korquad_contexts": [...], "nsmc_test_reviews": [...]}, answers: (context, answer_start, answer text))."""
     data = json.loads(korquad.read_text(encoding="utf-8"))["data"]
@@ -121,7 +132,7 @@ def main() -> None:
                                           "--show", "0", "--force"])
         tok = foreign.load(vocab, kind)
         results[kind] = {
-            "vocab": str(vocab), "vocab_size": len(tok),
+            "vocab": str(vocab), "vocab_size": len(tok), "vocabulary": vocabulary(vocab),
             "preprocessing": {"vocab_cpu_s_per_MB": round(vocab_cpu / mb, 3), "shards_cpu_s_per_MB": round(shards_cpu / mb, 3),
                               "vocab_wall_s": round(vocab_wall, 1), "shards_wall_s": round(shards_wall, 1)},
             "held_out": {name: text_stats(tok, t) for name, t in texts.items()},

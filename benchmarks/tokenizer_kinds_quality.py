@@ -174,10 +174,13 @@ def text_measures(vocab: Path, kind: str, korquad_dev: str, nsmc_test: str, cach
 def collect(run: Path, kind: str, seeds: list[int], copy_to: str) -> dict | None:
     """One kind's vocabulary measures once its vocabulary is built, and its scores once `korbert run`
     finished (only those of the model and settings the run holds now); None before its vocabulary."""
+    from tokenizer_kinds import vocabulary
+
     if not (run / "recipe-config.json").is_file() or not (run / "vocab" / "manifest.json").is_file():
         return None
     cfg = json.loads((run / "recipe-config.json").read_text(encoding="utf-8"))
-    measures = text_measures(run / "vocab", kind, cfg["korquad"]["dev_file"], cfg["nsmc"]["test"], run / "tokenizer-text-measures.json")
+    measures = {"vocabulary": vocabulary(run / "vocab"), **text_measures(
+        run / "vocab", kind, cfg["korquad"]["dev_file"], cfg["nsmc"]["test"], run / "tokenizer-text-measures.json")}
     if not (run / "report.json").is_file():
         return {"run": str(run), "finished": False, **measures}
     recipe = recipe_configs(cfg)
@@ -280,7 +283,8 @@ def main() -> None:
             continue
         kinds[kind] = r
         h = r["held_out"]["korquad_contexts"]
-        print(f"{kind:>17}: tokens/char {h['tokens_per_char']} (KorQuAD contexts), lone ▁ {h['lone_marker_share_of_tokens']} of tokens, "
+        version = f" (version {r['vocabulary']['attach_version']})" if "attach_version" in r["vocabulary"] else ""
+        print(f"{kind:>17}{version}: tokens/char {h['tokens_per_char']} (KorQuAD contexts), lone ▁ {h['lone_marker_share_of_tokens']} of tokens, "
               f"answers aligned {r['korquad_answer_alignment']['aligned_share']}")
         if not r["finished"]:
             print(f"{run}: not finished (no scores yet)")

@@ -87,7 +87,7 @@ def test_collect_reports_a_run_unfinished_while_final_holds_an_earlier_budget(st
     final = run / "pretrain" / "final"
     final.mkdir(parents=True)
     (run / "vocab").mkdir()
-    (run / "vocab" / "manifest.json").write_text("{}")
+    (run / "vocab" / "manifest.json").write_text(json.dumps({"tokenizer_hash": "ab" * 32, "config": {"attach_version": 3}}))
     cfg = {"pretrain": {"max_steps": 10000}, **{t: {"model": str(final), "out": str(run / t), "control": t.endswith("control")} for t in study.TASKS}}
     cfg["korquad"]["dev_file"], cfg["nsmc"]["test"] = "dev.json", "test.txt"
     (run / "recipe-config.json").write_text(json.dumps(cfg))
@@ -101,3 +101,5 @@ def test_collect_reports_a_run_unfinished_while_final_holds_an_earlier_budget(st
     (run / "report.json").write_text(json.dumps({"pretraining": {"steps": 10000}, "finetuning": {"nsmc": {"protocol": "full"}}}))
     got = study.collect(run, "plain", [42], "")
     assert got["finished"] is True and got["steps"] == 10000 and got["scores"]["model"]["nsmc_acc"]["mean"] == 80.0
+    # which vocabulary the scores belong to: a morpheme-attached row of another ATTACH_VERSION is another arm
+    assert got["vocabulary"] == {"tokenizer_hash": "ab" * 6, "attach_version": 3}
