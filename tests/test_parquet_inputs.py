@@ -126,6 +126,7 @@ def test_shards_from_parquet_hold_the_documents_of_the_same_jsonl(vocab_dir, cor
     assert sum(ref["counts"][s]["documents"] for s in ("train", "valid")) == ROWS - len(EMPTY_AT)
 
 
+@pytest.mark.slow  # out of CI for the suite's time: CI keeps the same check on JSON Lines (test_shards_dask.py) and reading Parquet here
 def test_one_process_and_1_2_3_workers_write_the_same_bytes_from_parquet(vocab_dir, corpus, single, tmp_path):
     pytest.importorskip("distributed")
     ref_dir, ref = single

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from corpus_tools.text import InputError
 from korbert.recipe import RecipeConfig, main
 
@@ -237,6 +239,7 @@ def test_preprocess_only_builds_vocab_and_shards_then_stops_and_ready_checks_nev
         shards.main(replace(cfgs["shards"], seed=7), ready_only=True)
 
 
+@pytest.mark.slow  # out of CI for the suite's time: CI keeps --init-from end to end (test_init_from_a_released_wordpiece_bert_end_to_end) and its unit tests in test_pretrain.py
 def test_init_from_continues_a_korbert_model_and_compares_with_where_it_started(tmp_path, corpus_file):
     """`korbert run --init-from final/`: no vocabulary stage (the model's tokenizer), its shape, and the
     comparison row is the starting model fine-tuned the same way."""
