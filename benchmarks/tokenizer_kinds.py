@@ -77,14 +77,12 @@ def cpu_of(cmd: list[str]) -> tuple[float, float]:
 
 
 def vocabulary(vocab: Path) -> dict:
-    """Which vocabulary a kind's numbers belong to: its tokenizer hash (manifest.json) and, for
-    morpheme-attached, the ATTACH_VERSION it was built under (results of another version are
-    another arm)."""
+    """Which vocabulary a kind's numbers belong to: its tokenizer hash and the kind's version as the
+    folder's manifest.json records them (`attach_version` for morpheme-attached, `plain_version` for
+    plain): results of another version are another arm."""
     m = json.loads((vocab / "manifest.json").read_text(encoding="utf-8"))
-    out = {"tokenizer_hash": (m.get("tokenizer_hash") or "")[:12] or None}
-    if "attach_version" in m.get("config", {}):
-        out["attach_version"] = m["config"]["attach_version"]
-    return out
+    versions = {k: v for k, v in m.get("config", {}).items() if k.endswith("_version")}
+    return {"tokenizer_hash": m.get("tokenizer_hash"), **versions}
 
 
 def held_out(korquad: Path, nsmc_test: Path) -> tuple[dict[str, list[str]], list[tuple[str, int, str]]]:

@@ -126,14 +126,17 @@ def test_shards_from_parquet_hold_the_documents_of_the_same_jsonl(vocab_dir, cor
     assert sum(ref["counts"][s]["documents"] for s in ("train", "valid")) == ROWS - len(EMPTY_AT)
 
 
-@pytest.mark.slow  # out of CI for the suite's time: CI keeps the same check on JSON Lines (test_shards_dask.py) and reading Parquet here
-def test_one_process_and_1_2_3_workers_write_the_same_bytes_from_parquet(vocab_dir, corpus, single, tmp_path):
+@pytest.mark.parametrize("counts", [
+    pytest.param((2,), id="2-workers"),
+    pytest.param((1, 2, 3), id="1-2-3-workers", marks=pytest.mark.slow),  # out of CI for the suite's time (test_shards_dask.py has 1, 2, 3)
+])
+def test_one_process_and_dask_workers_write_the_same_bytes_from_parquet(vocab_dir, corpus, single, tmp_path, counts):
     pytest.importorskip("distributed")
     ref_dir, ref = single
     assert {name.split(".")[0].split("-", 1)[1] for name in shard_files(ref_dir)} == {f"0000-{g:05d}" for g in range(5)}
     assert ref["run"]["engine"] == "one process" and ref["counts"]["valid"]["instances"] > 0
     environ = dict(os.environ)
-    for n in (1, 2, 3):
+    for n in counts:
         m = build(vocab_dir, [corpus[0]], tmp_path / f"w{n}", workers=n)
         assert dict(os.environ) == environ
         assert m["run"]["engine"] == f"dask, {n} local workers"

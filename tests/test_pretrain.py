@@ -220,6 +220,15 @@ def test_kill_and_resume_gives_the_same_losses(shards_dir, tmp_path, batching):
     p = _run_cli(_args(broken), kill_at=7)
     assert p.returncode == -9, p.stderr[-2000:]
     assert len(losses(tmp_path / "broken")) == 7  # it logged steps 5-7 after the checkpoint of step 4
+    # a checkpoint written by another number of processes is refused, not resumed (each rank's streams continue)
+    ckpt = tmp_path / "broken" / "ckpt.pt"
+    saved = ckpt.read_bytes()
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    state["state"]["world"] = 2
+    torch.save(state, ckpt)
+    with pytest.raises(InputError, match="written by 2 process"):
+        main(broken)
+    ckpt.write_bytes(saved)
     r = main(broken)  # --resume is the default
     assert r["step"] == 10
     assert losses(tmp_path / "broken") == losses(tmp_path / "whole")
@@ -290,8 +299,9 @@ def test_export_loads_in_plain_transformers(shards_dir, tmp_path):
 
 
 @pytest.mark.parametrize("per_rank", [
-    pytest.param({"batch_size": 4}, id="batch4"),
-    pytest.param({"batch_size": 2, "grad_accum": 2}, id="batch2-accum2", marks=pytest.mark.slow),  # out of CI for the suite's time
+    # out of CI for the suite's time: batch2-accum2 checks the two ranks and the accumulation at once
+    pytest.param({"batch_size": 4}, id="batch4", marks=pytest.mark.slow),
+    pytest.param({"batch_size": 2, "grad_accum": 2}, id="batch2-accum2"),
 ])
 def test_ddp_two_processes_equal_one_process(shards_dir, tmp_path, per_rank):
     """torchrun with 2 CPU processes (gloo), batch 4 each (or 2 x 2 accumulated) == 1 process with batch 8 (dropout off)."""
@@ -307,7 +317,7 @@ def test_ddp_two_processes_equal_one_process(shards_dir, tmp_path, per_rank):
     assert json.loads((tmp_path / "two" / "config.json").read_text())["run"]["world_size"] == 2
 
 
-@pytest.mark.slow  # out of CI for the suite's time: CI keeps the agreed clock (test_ranks_read_the_agreed_clock_one_step_late_without_waiting_on_the_current_step)
+@pytest.mark.slow  # out of CI for the suite's time: CI checks AgreedClock alone (test_ranks_read_the_agreed_clock_one_step_late_...), not two ranks under --max-minutes
 def test_time_budget_on_two_ranks_stops_every_rank_at_the_same_step(shards_dir, tmp_path):
     """--max-minutes under torchrun: one clock (rank 0's, carried by the step's all-reduce) decides,
     so both ranks stop at the same step and final/ is written. Rank 0 alone builds the held-out set
@@ -322,7 +332,7 @@ def test_time_budget_on_two_ranks_stops_every_rank_at_the_same_step(shards_dir, 
     assert json.loads((tmp_path / "final" / "manifest.json").read_text())["step"] == int(stops["0"])
 
 
-@pytest.mark.slow  # out of CI for the suite's time: CI keeps kill-and-resume on one process, pretraining without Kiwi, and two ranks equal to one
+@pytest.mark.slow  # out of CI for the suite's time: CI keeps kill-and-resume on one process (with the refusal of another process count), pretraining without Kiwi, and two ranks equal to one; not each rank's own RNG streams
 def test_kill_and_resume_on_two_ranks_with_dropout_without_kiwi(shards_dir, tmp_path, no_kiwi):
     """2 gloo ranks, dropout on, kiwipiepy not importable: a run SIGKILLed after step 7 and resumed
     equals an unbroken run (each rank restores its own RNG streams), and exports final/. Resuming

@@ -114,8 +114,6 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
 
 
 def test_recipe_errors_name_the_problem(tmp_path):
-    import pytest
-
     from corpus_tools.text import InputError
 
     with pytest.raises(InputError, match="no such file"):
@@ -205,8 +203,6 @@ def test_presets_wire_the_long_phase_and_windows_within_the_trained_length(tmp_p
     assert on["pretrain"].long_shards and on["shards_long"].instances == on["shards"].instances == "packed"
     eojeol = stages("gpu-small", "shards.mask_unit=eojeol", "shards.out=elsewhere")  # --set shards.* reaches the long shards too
     assert eojeol["shards_long"].mask_unit == "eojeol" and eojeol["shards_long"].out != "elsewhere"
-    import pytest
-
     from corpus_tools.text import InputError
 
     with pytest.raises(InputError, match="korquad.max_len 384 is longer than the 128 tokens"):  # before hours of pretraining
@@ -217,8 +213,6 @@ def test_presets_wire_the_long_phase_and_windows_within_the_trained_length(tmp_p
 def test_preprocess_only_builds_vocab_and_shards_then_stops_and_ready_checks_never_build(tmp_path, corpus_file, capsys):
     """Under torchrun the recipe only checks (read-only) that preprocessing is done; --preprocess-only
     is the command that does it first, here on a local Dask cluster of 2 workers."""
-    import pytest
-
     from corpus_tools import shards, vocab
     from corpus_tools.text import InputError
     from korbert.recipe import stage_configs
@@ -268,8 +262,6 @@ def test_starting_model_rows_are_checked_against_their_trained_positions_before_
     pretrained on are refused before any work; the continued model counts the start's trained positions."""
     import shutil
 
-    import pytest
-
     from korbert.recipe import stage_configs
 
     start = shutil.copytree(model_dir, tmp_path / "start")
@@ -286,8 +278,6 @@ def test_starting_model_rows_are_checked_against_their_trained_positions_before_
 
 
 def test_init_from_options_are_checked_before_any_work(tmp_path, corpus_file, bert_dir):
-    import pytest
-
     from korbert.recipe import stage_configs
 
     with pytest.raises(InputError, match="--control start compares with the model --init-from continues"):
@@ -345,8 +335,6 @@ def sample_data_folder(folder):
 def test_presets_read_the_data_folder_and_name_the_command_that_fills_it(tmp_path, monkeypatch):
     """--data DIR (or $KORBERT_DATA) is where the cpu and gpu presets look; a missing file names the
     `korbert data get` that brings it; KorQuAD's train file there switches on the official protocol."""
-    import pytest
-
     from corpus_tools.text import InputError
     from korbert.recipe import stage_configs
 
@@ -379,8 +367,6 @@ def test_a_corpus_that_is_or_holds_an_eval_file_is_refused(tmp_path):
     """`--corpus corpus_tools/sample_data/` pretrained on nsmc_test.txt, labels and ids included:
     refused, naming both; by content, so a renamed copy is caught too."""
     import shutil
-
-    import pytest
 
     from corpus_tools import SAMPLE_DATA
     from corpus_tools.text import InputError

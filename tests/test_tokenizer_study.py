@@ -83,11 +83,11 @@ def test_collect_reports_a_run_unfinished_while_final_holds_an_earlier_budget(st
     export, its scores are collected under 10,000 steps."""
     import json
 
-    run = tmp_path / "tkq-plain"
+    run = tmp_path / "tkq-morpheme-attached"
     final = run / "pretrain" / "final"
     final.mkdir(parents=True)
     (run / "vocab").mkdir()
-    (run / "vocab" / "manifest.json").write_text(json.dumps({"tokenizer_hash": "ab" * 32, "config": {"attach_version": 3}}))
+    (run / "vocab" / "manifest.json").write_text(json.dumps({"tokenizer_hash": "ab" * 32, "config": {"kind": "morpheme-attached", "attach_version": 3}}))
     cfg = {"pretrain": {"max_steps": 10000}, **{t: {"model": str(final), "out": str(run / t), "control": t.endswith("control")} for t in study.TASKS}}
     cfg["korquad"]["dev_file"], cfg["nsmc"]["test"] = "dev.json", "test.txt"
     (run / "recipe-config.json").write_text(json.dumps(cfg))
@@ -96,10 +96,11 @@ def test_collect_reports_a_run_unfinished_while_final_holds_an_earlier_budget(st
     monkeypatch.setattr(study, "finished", lambda c: {"task": "korquad" if Path(c.out).name.startswith("korquad") else "nsmc", "config": {"seed": 42},
                                                       "metrics": {"accuracy": 0.8, "exact_match": 1.0, "f1": 9.0}, "protocol": {"name": "dev-split"}})
     (final / "manifest.json").write_text(json.dumps({"step": 2000}))
-    assert study.collect(run, "plain", [42], "")["finished"] is False
+    early = study.collect(run, "morpheme-attached", [42], "")
+    assert early["finished"] is False and early["vocabulary"] == {"tokenizer_hash": "ab" * 32, "attach_version": 3}
     (final / "manifest.json").write_text(json.dumps({"step": 10000}))
     (run / "report.json").write_text(json.dumps({"pretraining": {"steps": 10000}, "finetuning": {"nsmc": {"protocol": "full"}}}))
-    got = study.collect(run, "plain", [42], "")
+    got = study.collect(run, "morpheme-attached", [42], "")
     assert got["finished"] is True and got["steps"] == 10000 and got["scores"]["model"]["nsmc_acc"]["mean"] == 80.0
     # which vocabulary the scores belong to: a morpheme-attached row of another ATTACH_VERSION is another arm
-    assert got["vocabulary"] == {"tokenizer_hash": "ab" * 6, "attach_version": 3}
+    assert got["vocabulary"] == {"tokenizer_hash": "ab" * 32, "attach_version": 3}
