@@ -283,8 +283,8 @@ def main() -> None:
             continue
         kinds[kind] = r
         h = r["held_out"]["korquad_contexts"]
-        version = f" (version {r['vocabulary']['attach_version']})" if "attach_version" in r["vocabulary"] else ""
-        print(f"{kind:>17}{version}: tokens/char {h['tokens_per_char']} (KorQuAD contexts), lone ▁ {h['lone_marker_share_of_tokens']} of tokens, "
+        versions = ", ".join(f"{k} {v}" for k, v in r["vocabulary"].items() if k.endswith("_version"))
+        print(f"{kind:>17}{f' ({versions})' if versions else ''}: tokens/char {h['tokens_per_char']} (KorQuAD contexts), lone ▁ {h['lone_marker_share_of_tokens']} of tokens, "
               f"answers aligned {r['korquad_answer_alignment']['aligned_share']}")
         if not r["finished"]:
             print(f"{run}: not finished (no scores yet)")

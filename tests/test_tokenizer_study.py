@@ -1,20 +1,16 @@
 """The tokenizer study's bookkeeping (benchmarks/tokenizer_kinds_quality.py): per-seed scores, gains over
 each kind's own control, spreads, and comparisons over the seeds both kinds finished only."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def study():
-    spec = importlib.util.spec_from_file_location("tokenizer_kinds_quality", ROOT / "benchmarks" / "tokenizer_kinds_quality.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("tokenizer_kinds_quality")
 
 
 def results(nsmc: float, nsmc_control: float, em: float, f1: float, em_control: float, f1_control: float) -> dict:
