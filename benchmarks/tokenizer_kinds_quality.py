@@ -24,12 +24,17 @@ Writes --out (default benchmarks/results/tokenizer-kinds-cpu.json): each kind's 
 means and spreads, each against its control; differences (points) and ratios are each kind's mean over
 plain's (the baseline a user without Kiwi would run), over the seeds both finished. Only results of the
 model and settings a run holds now are collected. With --copy-to, each run's report and results files
-are copied there too.
+are copied there too. With --kinds-from, the kinds not rerun are compared from an earlier --out, once
+their settings and inputs are checked against this run's (one kind rerun after its vocabulary changed):
+
+    python benchmarks/tokenizer_kinds_quality.py --kinds morpheme-attached --steps N --seeds 42 43 \
+        --kinds-from benchmarks/results/tokenizer-kinds-cpu.json --copy-to benchmarks/results/tokenizer-kinds-cpu
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -219,8 +224,121 @@ def collect(run: Path, kind: str, seeds: list[int], copy_to: str) -> dict | None
         },
         "scores": summarize(per_seed),
         **measures,
+        "inputs": inputs(report, first["nsmc"], first["korquad"]), "library_versions": first["nsmc"].get("versions", {}),
         "protocols": {"nsmc": report["finetuning"]["nsmc"]["protocol"], "korquad": first["korquad"]["protocol"]["name"]},
     }
+
+
+def settings(recipe_config: Path) -> dict:
+    """A run's recipe-config.json with what names its kind taken out: its run folder (as "RUN"),
+    vocab.kind and the --set entry that chose it, and the TF-IDF baseline's analyzer (it follows the kind)."""
+    cfg = json.loads(recipe_config.read_text(encoding="utf-8"))
+    run = json.dumps(cfg["recipe"]["out"], ensure_ascii=False)[1:-1]
+    cfg = json.loads(json.dumps(cfg, ensure_ascii=False).replace(f'"{run}"', '"RUN"').replace(f'"{run}/', '"RUN/'))
+    cfg["recipe"]["set"] = [s for s in cfg["recipe"]["set"] if not s.startswith("vocab.kind=")]
+    cfg["vocab"].pop("kind", None)
+    cfg.get("baseline", {}).pop("analyzer", None)
+    return cfg
+
+
+_ABSENT = "(absent)"
+
+
+def differences(a, b, where: str = "") -> list[str]:
+    """Where two settings trees differ, as "key: a -> b" lines (a key only one side has included)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str)
+                for d in differences(a.get(k, _ABSENT), b.get(k, _ABSENT), f"{where}.{k}" if where else str(k))]
+    return [] if a == b and (a is _ABSENT) == (b is _ABSENT) else [f"{where}: {a!r} -> {b!r}"]
+
+
+def inputs(report: dict, nsmc: dict, korquad: dict) -> dict:
+    """What a run read, by content: the corpus (documents and characters read, the same for every kind)
+    and the NSMC-R and KorQuAD files' hashes (from its report and its seed's results files)."""
+    return {"corpus": {k: report["corpus"][k] for k in ("documents", "characters")},
+            **{f"{task}.{name}": f["sha256"] for task, r in (("nsmc", nsmc), ("korquad", korquad)) for name, f in r["data"].items()}}
+
+
+def _versions(kind: str, vocabulary: dict) -> list[str]:
+    """Where a kind's vocabulary (a row's `vocabulary` record) is not the one the code builds now: a
+    *_version the code builds otherwise, or does not know. A row that records none is taken as version 1
+    of its kind (rows before the record: a plain row is accepted, a morpheme-attached one is not)."""
+    from corpus_tools.vocab import ATTACH_VERSION
+    from korbert.plain import VERSION as PLAIN_VERSION
+
+    now = {"attach_version": ATTACH_VERSION, "plain_version": PLAIN_VERSION}
+    mine = {"morpheme-attached": "attach_version", "plain": "plain_version"}.get(kind)
+    got = {k: v for k, v in vocabulary.items() if k.endswith("_version")}
+    if mine and mine not in got:
+        got[mine] = 1
+    return [f"{k} {v}{'' if k in vocabulary else ' (not recorded: taken as 1)'} (the code builds {now[k]})" if k in now
+            else f"{k} {v} (a version this code does not know)" for k, v in got.items() if now.get(k) != v]
+
+
+def earlier_kinds(path: Path, rerun: set[str], now: dict[str, dict]) -> dict:
+    """The finished kinds of an earlier --out (`path`) that this study does not rerun (`rerun`: the kinds
+    it was given), each checked against the runs collected now (`now`: kind -> its finished record):
+
+      - its copy (the --copy-to folder beside the file, PATH-without-.json-KIND/) is the row's: the same run
+        folder, steps, and per-seed scores recomputed from the copied results files;
+      - the same recipe settings but for what names the kind (`settings`), and the same inputs by content;
+      - where the row records its vocabulary's *_version, the one the code builds now.
+
+    A kind that fails a check stops the study: its scores are not this protocol's. Library versions that
+    differ are recorded and printed, not refused (the environment, not the inputs)."""
+    def stop(msg: str):
+        raise SystemExit(f"--kinds-from {path}: {msg}")
+
+    try:
+        text = path.read_bytes()
+        earlier, sha256 = json.loads(text), hashlib.sha256(text).hexdigest()  # the file's content: --out may overwrite it
+        rows = earlier["kinds"]
+    except (OSError, ValueError, KeyError) as e:
+        stop(f"not a result file of this study ({e.__class__.__name__}: {e})")
+    mine = {kind: (settings(Path(r["run"]) / "recipe-config.json"), r["inputs"], r["library_versions"]) for kind, r in now.items()}
+    out = {}
+    for kind, r in rows.items():
+        if kind in rerun or not r.get("finished"):
+            continue
+        copy = path.with_name(f"{path.stem}-{kind}")
+        try:
+            raw, theirs = json.loads((copy / "recipe-config.json").read_text(encoding="utf-8")), settings(copy / "recipe-config.json")
+            report = json.loads((copy / "report.json").read_text(encoding="utf-8"))
+            per_seed = {seed: {t: json.loads((copy / f"{t}-seed{seed}-results.json").read_text(encoding="utf-8")) for t in TASKS}
+                        for seed in r["seeds"]}
+        except (OSError, ValueError, KeyError) as e:
+            stop(f"the copy of {kind}'s run in {copy}/ cannot be read ({e.__class__.__name__}: {e}), so its settings cannot be checked")
+        seed0 = per_seed[r["seeds"][0]]
+        # JSON made the seeds strings: ints again, as summarize() gives them, or no seed would be common
+        scores = {side: {m: {**d, "seeds": {int(k): v for k, v in d["seeds"].items()}} for m, d in by.items()}
+                  for side, by in r["scores"].items()}
+        if raw["recipe"]["out"] != r["run"]:
+            stop(f"{copy}/ is not the copy of {kind}'s row (another run folder than {r['run']})")
+        if theirs["pretrain"]["max_steps"] != r["steps"] or summarize(per_seed) != scores:
+            stop(f"{copy}/ does not hold {kind}'s row (its steps or per-seed scores differ from the file's): collected by another --out?")
+        stale = _versions(kind, r.get("vocabulary", {}))
+        if stale:
+            stop(f"{kind}'s row is another vocabulary than the code builds: {', '.join(stale)}")
+        if not mine:  # a check before training (or nothing finished yet): the rows are compared at the collect
+            continue
+        read = {json.dumps(inputs(report, res[t], res[t.replace("nsmc", "korquad")]), sort_keys=True)
+                for res in per_seed.values() for t in ("nsmc", "nsmc_control")}
+        if len(read) > 1:
+            stop(f"{copy}/: {kind}'s results files read different inputs")
+        for other, (s, ins, _) in mine.items():
+            for what, a, b in (("settings", theirs, s), ("inputs", json.loads(next(iter(read))), ins)):
+                diff = differences(a, b)
+                if diff:
+                    stop(f"{kind} ran with other {what} than {other} now (earlier -> now): " + "; ".join(diff[:4])
+                         + (f" (and {len(diff) - 4} more)" if len(diff) > 4 else ""))
+        libs = differences(seed0["nsmc"].get("versions", {}), next(iter(mine.values()))[2])
+        out[kind] = {**r, "scores": scores, "from": r.get("from") or {
+            "file": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path), "command": earlier.get("command"),
+            "sha256": sha256, "machine": earlier.get("machine"),
+            "vocabulary_versions": "checked" if "vocabulary" in r else "not recorded in the file", "library_versions_differ": libs}}
+        if libs:
+            print(f"--kinds-from: {kind} ran with other library versions (earlier -> now): {'; '.join(libs)}")
+    return out
 
 
 def compare(kinds: dict) -> dict:
@@ -260,11 +378,16 @@ def main() -> None:
     ap.add_argument("--force", action="store_true", help="redo the further seeds' fine-tuning")
     ap.add_argument("--copy-to", default="", help="copy each run's report and results into COPY_TO-KIND/")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tokenizer-kinds-cpu.json"))
+    ap.add_argument("--kinds-from", default="", metavar="FILE",
+                    help="an earlier --out of this study, with its --copy-to copies beside it (FILE without .json, then -KIND/): the "
+                    "finished kinds that --kinds does not name are compared from it, once their settings and inputs are checked "
+                    "to be this run's (for one kind rerun after a change to its vocabulary). The first seed is part of the settings")
     a = ap.parse_args()
     if not a.collect_only and a.steps < 1:
         ap.error("--steps N is required (the same pretraining steps for every kind)")
     seeds = list(dict.fromkeys(a.seeds))
     out_path = Path(a.out).resolve()
+    kinds_from = Path(a.kinds_from).resolve() if a.kinds_from else None
     os.chdir(ROOT)  # the run folders' recipe-config.json name paths relative to it
 
     load_before = os.getloadavg()
@@ -272,12 +395,14 @@ def main() -> None:
     for kind in a.kinds:
         run = Path(f"{a.work}-{kind}")
         if not a.collect_only:
+            if kinds_from:  # its rows, copies and versions before hours of training, not after
+                earlier_kinds(kinds_from, set(a.kinds), {})
             cmd = recipe_command(kind, run, a.steps, seeds[0], a.data, a.set)
             print("$ " + " ".join(["korbert", *cmd[3:]]), flush=True)
             subprocess.run(cmd, check=True)
             for seed in seeds[1:]:
                 run_seed(run, seed, a.force)
-        r = collect(run, kind, seeds, a.copy_to)
+        r = collect(run, kind, seeds, "" if kinds_from else a.copy_to)  # with --kinds-from: copied once checked
         if r is None:
             print(f"{run}: no vocabulary yet (skipped)")
             continue
@@ -292,6 +417,14 @@ def main() -> None:
         s = r["scores"]
         print(f"{kind:>17} (seeds {r['seeds']}): " + ", ".join(
             f"{m} {s['model'][m]['mean']} (control {s['control'][m]['mean']}, spread {s['model'][m]['spread']})" for m in s["model"]))
+    if kinds_from:
+        now = {kind: r for kind, r in kinds.items() if r["finished"]}
+        for kind, r in earlier_kinds(kinds_from, set(a.kinds), now).items():
+            print(f"{kind:>17} (from {r['from']['file']}, seeds {r['seeds']}): " + ", ".join(
+                f"{m} {v['mean']}" for m, v in r["scores"]["model"].items()))
+            kinds[kind] = r
+        for kind in now if a.copy_to else ():
+            collect(Path(f"{a.work}-{kind}"), kind, seeds, a.copy_to)
     done = {k: r for k, r in kinds.items() if r["finished"]}
     steps = {r["steps"] for r in done.values()}
     if len(steps) > 1:

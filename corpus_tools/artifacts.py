@@ -64,7 +64,8 @@ def versions() -> dict:
     `__version__`, else the installed package's metadata. Nothing is imported for it: importing
     torch only to name its version added ~0.7 s to a shards run that never uses torch."""
     out = {"python": platform.python_version()}
-    for mod in ("kiwipiepy", "sentencepiece", "tokenizers", "transformers", "torch"):
+    # kiwipiepy_model: Kiwi's weights, a package of their own that pip can update apart from kiwipiepy
+    for mod in ("kiwipiepy", "kiwipiepy_model", "sentencepiece", "tokenizers", "transformers", "torch"):
         version = getattr(sys.modules.get(mod), "__version__", None)
         if version is None:
             try:
@@ -88,7 +89,12 @@ def machine() -> dict:
     """The machine a number was measured on (benchmarks record it beside every result)."""
     cpu = cpuinfo("model name") or "unknown"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": cpu, "cores": cores, "python": platform.python_version(), "platform": platform.platform()}
+    out = {"cpu": cpu, "cores": cores, "python": platform.python_version(), "platform": platform.platform()}
+    flags = set((cpuinfo("flags") or "").split())
+    if flags:  # one model name covers CPUs with other vector units: the kernels torch picks follow these
+        out["simd"] = next((x for x in ("avx512f", "avx2", "avx", "sse4_2") if x in flags), "other").removesuffix("f")
+        out["bf16"] = bool(flags & {"avx512_bf16", "amx_bf16"})
+    return out
 
 
 def write_manifest(folder: str | os.PathLike, kind: str, format_version: int, files: list[str], **fields) -> dict:

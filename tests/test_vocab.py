@@ -27,6 +27,8 @@ def test_manifest_describes_the_folder(vocab_dir, corpus_file, tok):
     assert c["documents_in"] == c["documents_used"] + sum(c["documents_skipped"].values()) == 3040
     assert c["vocab_size"] == len(tok) and c["sentences"] >= 3040
     assert set(m["files"]) == {"spm.model", "tokenizer.json", "tokenizer_config.json"}
+    # the libraries that shape the pieces, Kiwi's weights included: a package pip updates apart from kiwipiepy
+    assert {"kiwipiepy", "kiwipiepy_model", "sentencepiece"} <= set(m["versions"])
 
 
 def test_vocab_layout_specials_unused_bytes(tok):
@@ -123,3 +125,17 @@ def test_estimate_sentences_counts_endings_and_lines():
     from corpus_tools.vocab import estimate_sentences
 
     assert [estimate_sentences(t) for t in ("영화 재밌다", "재밌다. 또 볼래요!", "첫 문장.\n둘째 줄\n셋째?", "3.5점 줬어요")] == [1, 2, 3, 1]
+
+
+def test_machine_names_its_vector_units(monkeypatch):
+    """Two "AMD EPYC" machines can differ in AVX-512 and bf16, and torch's CPU kernels with them: the
+    record says which one a number came from."""
+    import corpus_tools.artifacts as A
+
+    flags = {"flags": "fpu sse4_2 avx avx2 fma", "model name": "AMD EPYC"}
+    monkeypatch.setattr(A, "cpuinfo", lambda field: flags.get(field))
+    assert (A.machine()["simd"], A.machine()["bf16"]) == ("avx2", False)
+    flags["flags"] += " avx512f avx512_bf16"
+    assert (A.machine()["simd"], A.machine()["bf16"]) == ("avx512", True)
+    flags.pop("flags")  # no /proc/cpuinfo flags (another OS): nothing claimed
+    assert "simd" not in A.machine() and A.machine()["cpu"] == "AMD EPYC"
