@@ -229,10 +229,9 @@ def collect(run: Path, kind: str, seeds: list[int], copy_to: str) -> dict | None
     }
 
 
-def settings(recipe_config: Path) -> dict:
-    """A run's recipe-config.json with what names its kind taken out: its run folder (as "RUN"),
+def settings(cfg: dict) -> dict:
+    """A run's recipe-config.json (`cfg`) with what names its kind taken out: its run folder (as "RUN"),
     vocab.kind and the --set entry that chose it, and the TF-IDF baseline's analyzer (it follows the kind)."""
-    cfg = json.loads(recipe_config.read_text(encoding="utf-8"))
     run = json.dumps(cfg["recipe"]["out"], ensure_ascii=False)[1:-1]
     cfg = json.loads(json.dumps(cfg, ensure_ascii=False).replace(f'"{run}"', '"RUN"').replace(f'"{run}/', '"RUN/'))
     cfg["recipe"]["set"] = [s for s in cfg["recipe"]["set"] if not s.startswith("vocab.kind=")]
@@ -295,14 +294,16 @@ def earlier_kinds(path: Path, rerun: set[str], now: dict[str, dict]) -> dict:
         rows = earlier["kinds"]
     except (OSError, ValueError, KeyError) as e:
         stop(f"not a result file of this study ({e.__class__.__name__}: {e})")
-    mine = {kind: (settings(Path(r["run"]) / "recipe-config.json"), r["inputs"], r["library_versions"]) for kind, r in now.items()}
+    mine = {kind: (settings(json.loads((Path(r["run"]) / "recipe-config.json").read_text(encoding="utf-8"))), r["inputs"], r["library_versions"])
+            for kind, r in now.items()}
     out = {}
     for kind, r in rows.items():
         if kind in rerun or not r.get("finished"):
             continue
         copy = path.with_name(f"{path.stem}-{kind}")
         try:
-            raw, theirs = json.loads((copy / "recipe-config.json").read_text(encoding="utf-8")), settings(copy / "recipe-config.json")
+            raw = json.loads((copy / "recipe-config.json").read_text(encoding="utf-8"))
+            theirs = settings(raw)
             report = json.loads((copy / "report.json").read_text(encoding="utf-8"))
             per_seed = {seed: {t: json.loads((copy / f"{t}-seed{seed}-results.json").read_text(encoding="utf-8")) for t in TASKS}
                         for seed in r["seeds"]}
@@ -391,12 +392,12 @@ def main() -> None:
     os.chdir(ROOT)  # the run folders' recipe-config.json name paths relative to it
 
     load_before = os.getloadavg()
+    if kinds_from and not a.collect_only:  # its rows, copies and versions before hours of training, not after
+        earlier_kinds(kinds_from, set(a.kinds), {})
     kinds = {}
     for kind in a.kinds:
         run = Path(f"{a.work}-{kind}")
         if not a.collect_only:
-            if kinds_from:  # its rows, copies and versions before hours of training, not after
-                earlier_kinds(kinds_from, set(a.kinds), {})
             cmd = recipe_command(kind, run, a.steps, seeds[0], a.data, a.set)
             print("$ " + " ".join(["korbert", *cmd[3:]]), flush=True)
             subprocess.run(cmd, check=True)

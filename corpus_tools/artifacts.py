@@ -92,9 +92,19 @@ def machine() -> dict:
     out = {"cpu": cpu, "cores": cores, "python": platform.python_version(), "platform": platform.platform()}
     flags = set((cpuinfo("flags") or "").split())
     if flags:  # one model name covers CPUs with other vector units: the kernels torch picks follow these
-        out["simd"] = next((x for x in ("avx512f", "avx2", "avx", "sse4_2") if x in flags), "other").removesuffix("f")
-        out["bf16"] = bool(flags & {"avx512_bf16", "amx_bf16"})
+        out["simd"] = next((name for flag, name in SIMD_FLAGS if flag in flags), "other")
+        out["bf16"] = bool(flags & BF16_FLAGS)
     return out
+
+
+SIMD_FLAGS = (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sse4_2", "sse4_2"))  # widest first
+BF16_FLAGS = {"avx512_bf16", "amx_bf16"}
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX-BF16, read from /proc/cpuinfo).
+    Elsewhere torch emulates bf16 matmuls, slower than fp32."""
+    return bool(set((cpuinfo("flags") or "").split()) & BF16_FLAGS)
 
 
 def write_manifest(folder: str | os.PathLike, kind: str, format_version: int, files: list[str], **fields) -> dict:

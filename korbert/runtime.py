@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, cpuinfo
+from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, cpu_has_bf16
 from corpus_tools.text import InputError
 
 if TYPE_CHECKING:  # annotations only: no import at run time
@@ -25,12 +25,6 @@ PEAK_BF16_FLOPS = [
 def peak_flops(device_name: str) -> float | None:
     """bf16 dense peak of a CUDA device by its name (None: unknown)."""
     return next((v for k, v in PEAK_BF16_FLOPS if k in device_name), None)
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX-BF16, read from /proc/cpuinfo).
-    Elsewhere torch emulates bf16 matmuls, slower than fp32."""
-    return bool(set((cpuinfo("flags") or "").split()) & {"avx512_bf16", "amx_bf16"})
 
 
 def resolve_precision(want: str, cuda: bool) -> str:

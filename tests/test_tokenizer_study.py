@@ -122,7 +122,7 @@ def test_settings_differ_only_where_they_do_not_name_the_kind(study, tmp_path):
     for kind, prob in (("plain", 0.15), ("morpheme", 0.15), ("morpheme-attached", 0.2)):
         (tmp_path / kind).mkdir()
         (tmp_path / kind / "recipe-config.json").write_text(json.dumps(recipe_config(Path("runs") / f"tkq-{kind}", kind, prob)))
-    plain, morpheme, attached = (study.settings(tmp_path / k / "recipe-config.json") for k in ("plain", "morpheme", "morpheme-attached"))
+    plain, morpheme, attached = (study.settings(json.loads((tmp_path / k / "recipe-config.json").read_text())) for k in ("plain", "morpheme", "morpheme-attached"))
     assert plain == morpheme and plain["vocab"]["out"] == "RUN/vocab"
     assert study.differences(plain, attached) == ["shards.mask_prob: 0.15 -> 0.2"]
     assert study.differences({"a": 1}, {"a": 1, "b": 2}) == ["b: '(absent)' -> 2"]  # a setting only one side has
