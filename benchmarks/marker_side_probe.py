@@ -29,8 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from korbert.data_get import default_folder  # noqa: E402  (the data folder: $KORBERT_DATA, else ~/.cache/korbert/data)
 
-SHARED = ROOT.parent / "shared" / "data"
+SHARED = default_folder()
 
 
 def suffix_lines(lines: list[str]) -> list[str]:

@@ -36,10 +36,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from korbert.data_get import default_folder  # noqa: E402  (the data folder: $KORBERT_DATA, else ~/.cache/korbert/data)
 
 from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "data" / "corpus" / "reviews.jsonl.gz"
+SHARED = default_folder() / "corpus" / "reviews.jsonl.gz"
 FIELDS = ["title", "text"]  # the stages' default --text-field
 
 

@@ -47,10 +47,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from korbert.data_get import default_folder  # noqa: E402  (the data folder: $KORBERT_DATA, else ~/.cache/korbert/data)
 
 from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "data"
+SHARED = default_folder()
 CONTROL = "control (random init)"
 NODROP = ["hidden_dropout_prob=0", "attention_probs_dropout_prob=0"]
 PACKED = {"instances": "packed"}

@@ -22,10 +22,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from korbert.data_get import default_folder  # noqa: E402  (the data folder: $KORBERT_DATA, else ~/.cache/korbert/data)
 
 from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
 
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "corpus"
+SHARED = default_folder() / "corpus"
 DEFAULT_INPUTS = [str(SHARED / "reviews.jsonl.gz"), str(SHARED / "petitions.jsonl.gz"), str(SHARED / "kowiki.jsonl.gz") + "@20000"]
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from korbert.data_get import default_folder  # noqa: E402  (the data folder: $KORBERT_DATA, else ~/.cache/korbert/data)
 
 from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
 
@@ -95,7 +96,7 @@ def one(checkout: str, a, batches: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokenizer", required=True, help="a `korbert vocab` folder")
-    ap.add_argument("--input", default=str(ROOT.parent / "shared" / "data" / "corpus" / "reviews.jsonl.gz"))
+    ap.add_argument("--input", default=str(default_folder() / "corpus" / "reviews.jsonl.gz"))
     ap.add_argument("--docs", type=int, default=20_000, help="the first N documents of --input")
     ap.add_argument("--batch-docs", type=int, default=256)
     ap.add_argument("--checkouts", nargs="+", default=["."], help="korbert checkouts; the first is the baseline")

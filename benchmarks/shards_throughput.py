@@ -30,9 +30,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from korbert.data_get import default_folder  # noqa: E402  (the data folder: $KORBERT_DATA, else ~/.cache/korbert/data)
 
 from corpus_tools.artifacts import machine  # noqa: E402
-CORPUS = ROOT.parent / "shared" / "data" / "corpus"
+CORPUS = default_folder() / "corpus"
 
 
 def rss_mb() -> float:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from korbert.data_get import default_folder  # noqa: E402  (the data folder: $KORBERT_DATA, else ~/.cache/korbert/data)
 
 from corpus_tools.artifacts import machine  # noqa: E402
 
@@ -46,8 +47,8 @@ def jsonl_texts(path: Path) -> list[str]:
 def main() -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokenizer", default=str(ROOT / "runs" / "vocab-full"))
-    ap.add_argument("--nsmc-test", default=str(ROOT.parent / "shared" / "data" / "nsmc" / "ratings_test.txt"))
-    ap.add_argument("--petitions", default=str(ROOT.parent / "shared" / "data" / "corpus" / "petitions.jsonl.gz"))
+    ap.add_argument("--nsmc-test", default=str(default_folder() / "nsmc" / "ratings_test.txt"))
+    ap.add_argument("--petitions", default=str(default_folder() / "corpus" / "petitions.jsonl.gz"))
     ap.add_argument("--petitions-docs", type=int, default=None, help="only the first N petitions (default: all)")
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)

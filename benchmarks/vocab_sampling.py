@@ -20,10 +20,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from korbert.data_get import default_folder  # noqa: E402  (the data folder: $KORBERT_DATA, else ~/.cache/korbert/data)
 
 from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
 
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+SHARED = default_folder()
 
 
 def build(checkout: str, a, out: Path) -> dict:

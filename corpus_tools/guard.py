@@ -7,8 +7,9 @@
     with a context of the dev file. Wikipedia copies text between related articles, so a title
     check alone misses them.
 
-`korbert data get` removes both from the corpora it builds; `korbert shards` and `korbert run`
-count them in whatever corpus they are given (`--strict` refuses it).
+`korbert data get` removes both from the corpora it builds; `korbert vocab`, `korbert shards` and
+`korbert run` leave such documents out of whatever corpus they are given and count them (`Found`);
+`--keep-eval-text` keeps them (counted, pretrained on), `--strict` refuses the corpus.
 
 The run test samples the document: every `step`-th position is looked up among the contexts'
 `probe`-character windows, and only a hit is checked against their `run`-character windows. A
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
@@ -36,6 +38,12 @@ def review_key(text: str) -> str:
 def flat(text: str) -> str:
     """NFC with every run of whitespace as one space (the form runs are compared in)."""
     return _SPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
+
+
+def title_key(title: str) -> str:
+    """An article title as both sides are compared: NFC, `_` as a space (KorQuAD writes `노아의_방주`,
+    Wikipedia's title column `노아의 방주`), spaces collapsed, stripped."""
+    return " ".join(unicodedata.normalize("NFC", title or "").replace("_", " ").split())
 
 
 def nsmc_documents(path: str | Path) -> list[str]:
@@ -73,10 +81,14 @@ class EvalText:
         self._runs: set[int] = set()
         for p in korquad:
             for title, ctx in korquad_contexts(p):
-                self.titles.add(unicodedata.normalize("NFC", title).strip())
+                self.titles.add(title_key(title))
                 c = flat(ctx)
                 self._probes.update(hash(c[i:i + self.probe]) for i in range(len(c) - self.probe + 1))
                 self._runs.update(hash(c[i:i + run]) for i in range(len(c) - run + 1))
+
+    def is_title(self, title: str) -> bool:
+        """A scored article's title, however either side writes its spaces."""
+        return title_key(title) in self.titles
 
     def is_review(self, text: str) -> bool:
         # a review's key is short; a long document cannot have the same one (cheap early out)
@@ -104,3 +116,43 @@ class EvalText:
         if self.shares_context(text):
             return "korquad_context"
         return None
+
+
+# The stages' policy (`korbert vocab`, `korbert shards`, `korbert run`): a corpus document holding
+# evaluation text is left out of pretraining (the vocabulary's sample and the shards) and counted;
+# --keep-eval-text keeps it (counted, pretrained on); --strict refuses the corpus.
+KINDS = {"nsmc_test_review": "documents equal to an NSMC test review (letters and digits alone)",
+         "korquad_context": "documents sharing a 48-character run with a KorQuAD context"}
+
+
+def policy(keep: bool) -> str:
+    return "keep" if keep else "drop"
+
+
+class Found:
+    """The documents of a corpus that hold evaluation text: by kind, by input file, and the first
+    place of each kind (the manifests' `eval_text`, `eval_text_by_file`, `eval_text_first_at`)."""
+
+    def __init__(self) -> None:
+        self.kinds: Counter = Counter()
+        self.first: dict[str, str] = {}
+        self.by_file: dict[str, Counter] = {}
+
+    def add(self, kind: str, where: str, file: str) -> None:
+        self.kinds[kind] += 1
+        self.first.setdefault(kind, where)
+        self.by_file.setdefault(str(file), Counter())[kind] += 1
+
+    def update(self, counts: dict) -> None:
+        """Add another's counts (a shard's record), in order: the first places of the earlier stay."""
+        self.kinds.update(counts.get("eval_text", {}))
+        for kind, where in counts.get("eval_text_first_at", {}).items():
+            self.first.setdefault(kind, where)
+        for file, kinds in counts.get("eval_text_by_file", {}).items():
+            self.by_file.setdefault(file, Counter()).update(kinds)
+
+    def counts(self) -> dict:
+        return {
+            "eval_text": dict(sorted(self.kinds.items())), "eval_text_first_at": dict(sorted(self.first.items())),
+            "eval_text_by_file": {f: dict(sorted(c.items())) for f, c in sorted(self.by_file.items())},
+        }

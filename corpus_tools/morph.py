@@ -65,10 +65,52 @@ def _load_kiwi(num_workers: int, model_type: str, typos: str | None):
     return Kiwi(num_workers=num_workers, model_type=model_type, typos=typos)
 
 
+# A forked child (datasets' `num_proc`, a DataLoader worker) inherits the instance but not its worker
+# threads, and would wait on them forever: it loads its own.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_load_kiwi.cache_clear)
+
+
 def kiwi_version() -> str:
     import kiwipiepy
 
     return kiwipiepy.__version__
+
+
+KIWI_PACKAGES = ("kiwipiepy", "kiwipiepy_model")  # the analyzer and its weights: pip updates each on its own
+
+
+def kiwi_versions() -> dict[str, str]:
+    """The installed kiwipiepy and kiwipiepy_model versions, from a loaded module's `__version__` or
+    the package's metadata (nothing imported); {} where kiwipiepy is not installed. The stages that
+    run Kiwi key on them (vocabulary, shards, feature caches): another version may segment otherwise."""
+    import importlib.metadata
+    import sys
+
+    out = {}
+    for name in KIWI_PACKAGES:
+        version = getattr(sys.modules.get(name), "__version__", None)
+        if version is None:
+            try:
+                version = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        out[name] = str(version)
+    return out if "kiwipiepy" in out else {}
+
+
+def kiwi_differs(recorded: dict, strict: bool = False) -> str | None:
+    """"kiwipiepy A / kiwipiepy_model B (installed here: kiwipiepy C / kiwipiepy_model D)" when an
+    artifact's recorded `versions` name another Kiwi than the one installed, else None. strict (a
+    stage's up-to-date check): a package the record lacks counts as another version; otherwise (a
+    warning) only a recorded version that differs does. None where Kiwi is not installed here:
+    nothing could rebuild the artifact, and a stage that needs Kiwi fails on its own."""
+    now = kiwi_versions()
+    then = {k: str(recorded[k]) for k in KIWI_PACKAGES if recorded.get(k)}
+    if not now or (then == now if strict else (not then or all(now.get(k) == v for k, v in then.items()))):
+        return None
+    return (" / ".join(f"{k} {then.get(k, '(not recorded)')}" for k in KIWI_PACKAGES)
+            + f" (installed here: {' / '.join(f'{k} {v}' for k, v in now.items())})")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from corpus_tools.guard import Found
 from corpus_tools.masking import SHARDS_EPOCH, document_instances, instance_keys, mask_batch, mask_stats
 from corpus_tools.shard_format import IGNORE, MASK, SPLITS, TOKENIZER_DIR, MaskConfig, ShardWriter
 from corpus_tools.pairs import DRAWS, DocRng, Draws, Packer, Pool, build_instance, build_instances, document_pairs, encoded_docs, is_valid, draw_uniforms
@@ -222,7 +223,7 @@ def build_piece(job: Job, piece: Piece, data: bytes | None = None, on_batch: Cal
     chunk = ShardChunk(piece.name, Path(job.folder), cfg, job.mcfg, job.columns)
     stats = ReadStats()
     guard = _task_guard(cfg.eval_nsmc_test, cfg.eval_korquad, job.eval_sha256)
-    eval_text, eval_first = Counter(), {}  # documents holding evaluation text (used all the same: counted, not dropped)
+    found = Found()  # documents holding evaluation text: left out (skipped as "eval_text") unless keep_eval_text, counted
     cpu = Counter()  # CPU seconds of this thread: reading, the tokenizer's Python side, the recipe
     analysed = 0  # documents through Kiwi so far (the progress bar's count)
     process0 = time.process_time()
@@ -264,8 +265,11 @@ def build_piece(job: Job, piece: Piece, data: bytes | None = None, on_batch: Cal
             if guard is not None and (hit := guard.check(text)):
                 if cfg.eval_strict:
                     raise InputError(f"{where}: {hit.replace('_', ' ')} in the corpus (eval_strict)")
-                eval_text[hit] += 1
-                eval_first.setdefault(hit, where)
+                found.add(hit, where, piece.path)
+                if not cfg.keep_eval_text:
+                    chunk.skipped["eval_text"] += 1  # (not chunk.skip: --strict is about unusable documents)
+                    chunk.first_skip.setdefault("eval_text", where)
+                    continue
             g = document_key(piece.file_id, offset)
             batch.append((g, where, "valid" if is_valid(cfg.seed, g, cfg.valid_fraction) else "train", text))
             chars += len(text)
@@ -282,6 +286,6 @@ def build_piece(job: Job, piece: Piece, data: bytes | None = None, on_batch: Cal
     record["skipped"] = dict(Counter(record["skipped"]) + stats.skipped)
     record["first_skip_at"] = {**stats.examples, **record["first_skip_at"]}
     record["bytes"] = piece.bytes
-    record["eval_text"], record["eval_text_first_at"] = dict(eval_text), eval_first
+    record.update(found.counts())
     record["cpu_seconds"] = {**{k: round(v, 3) for k, v in cpu.items()}, "process": round(time.process_time() - process0, 3)}
     return record

@@ -55,6 +55,7 @@ from corpus_tools.shard_format import (
     open_shards, shard_columns,
 )
 from corpus_tools.engine import run_dask, run_here
+from corpus_tools.guard import Found, policy
 from corpus_tools.masking import MASKING_VERSION, masked_instance
 from corpus_tools.morph import default_threads
 from corpus_tools.pieces import Piece, file_id, is_streamed, parquet_pieces, ranged_pieces, stream_pieces
@@ -176,16 +177,14 @@ def _split_summary(c: Counter, nsp: bool = True) -> dict:
 
 def _summarize(chunks: list[dict], nsp: bool = True) -> dict:
     """Totals over the pieces' records (each holds its reader's skips too): documents in = used + skipped, always."""
-    docs, skipped, first, evals, eval_first = Counter(), Counter(), {}, Counter(), {}
+    docs, skipped, first, found = Counter(), Counter(), {}, Found()
     splits = {s: Counter() for s in SPLITS}
     for ch in chunks:
         docs.update(ch["documents"])
         skipped.update(ch["skipped"])
         for r, w in ch["first_skip_at"].items():
             first.setdefault(r, w)
-        evals.update(ch.get("eval_text", {}))
-        for r, w in ch.get("eval_text_first_at", {}).items():
-            eval_first.setdefault(r, w)
+        found.update(ch)
         for s in SPLITS:
             splits[s].update(ch["splits"][s])
     if docs["documents_in"] != docs["documents_used"] + sum(skipped.values()):  # every document is accounted for
@@ -195,11 +194,22 @@ def _summarize(chunks: list[dict], nsp: bool = True) -> dict:
         "documents_used": docs["documents_used"],
         "documents_skipped": dict(sorted(skipped.items())),
         "first_skip_at": dict(sorted(first.items())),
-        "eval_text": dict(sorted(evals.items())), "eval_text_first_at": dict(sorted(eval_first.items())),
+        **found.counts(),
         "sentences": docs["sentences"],
         "document_tokens": docs["document_tokens"],
         **{s: _split_summary(c, nsp) for s, c in splits.items()},
     }
+
+
+def _kiwi(folder: Path) -> dict:
+    """The installed kiwipiepy and kiwipiepy_model versions; where Kiwi is not installed (nothing here
+    could rebuild the shards), the ones the finished shards in `folder` record, so they still match."""
+    from corpus_tools.morph import KIWI_PACKAGES, kiwi_versions
+
+    now = kiwi_versions()
+    if now or not (folder / "manifest.json").is_file():
+        return now
+    return {k: v for k, v in read_manifest(folder, "shards").get("versions", {}).items() if k in KIWI_PACKAGES}
 
 
 def _existing(folder: Path, key: str, force: bool) -> tuple[dict | None, dict]:
@@ -285,6 +295,9 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
     # a tokenizer with its specials elsewhere than 0..4: the shards hold mapped ids (korbert/foreign.py), and say so
     id_map = {"own_special_ids": foreign.special_ids(tok), "rule": "korbert.foreign.id_map"} if perm is not None else None
     columns = shard_columns(len(tok), cfg.max_seq_len, cfg.masking, cfg.mask_unit != "token")
+    from korbert.plain import is_plain
+
+    runs_kiwi = not is_plain(tok)  # Kiwi cuts the sentences (korbert's tokenizer: the morphemes too); plain: punctuation
     del tok  # the tasks load their own (a Dask worker its own Kiwi: Kiwi cannot be pickled)
     files = expand_inputs(cfg.inputs)
     for f in files:  # a Parquet file without the text columns is an error before anything is written
@@ -297,15 +310,17 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
         config.pop(k)
     if cfg.masking == "dynamic":
         config["dupe_factor"] = 1
-    ident = {k: v for k, v in config.items() if k not in ("batch_docs", "batch_chars", "eval_nsmc_test", "eval_korquad", "eval_strict")}
+    ident = {k: v for k, v in config.items() if k not in ("batch_docs", "batch_chars", "eval_nsmc_test", "eval_korquad", "eval_strict", "keep_eval_text")}
     guard = [sha256_file(f) if f else "" for f in (cfg.eval_nsmc_test, cfg.eval_korquad)]
-    if any(guard):  # the counts depend on the evaluation files' content (without them: the key is as before)
-        ident["eval_text"] = guard
+    if any(guard):  # what is left out depends on the evaluation files' content and the policy (without them: the key is as before)
+        ident["eval_text"] = [*guard, policy(cfg.keep_eval_text)]
     for k, default in (("instances", "document"), ("nsp", True)):  # options added later: at their defaults the key is as before
         if ident[k] == default:
             del ident[k]
     if cfg.masking == "static":  # the masks written (dynamic shards hold none: their key is as before)
         ident["masking_version"] = MASKING_VERSION
+    if runs_kiwi:  # another Kiwi may cut otherwise (plain shards: the key is as before)
+        ident["kiwi"] = _kiwi(folder)
     key = hashlib.sha256(json.dumps([ident, tm["tokenizer_hash"], inputs, FORMAT_VERSION, KEYS], sort_keys=True).encode()).hexdigest()
 
     if ready_only:
@@ -415,7 +430,8 @@ def report(folder: Path, m: dict, seconds: float) -> None:
         f"  documents: {c['documents_in']} in = {c['documents_used']} used + {skipped} skipped"
         f"{': ' + str(c['documents_skipped']) if skipped else ''}"
         f"{' (first at ' + str(c['first_skip_at']) + ')' if skipped else ''}\n"
-        + (f"  evaluation text in the corpus (documents kept, counted): {c['eval_text']} (first at {c['eval_text_first_at']})\n"
+        + (f"  evaluation text in the corpus ({'documents kept, counted' if cfg.get('keep_eval_text') else 'documents left out, counted'}): "
+           f"{c['eval_text']} by file {c.get('eval_text_by_file', {})} (first at {c['eval_text_first_at']})\n"
            if c.get("eval_text") else "")
         + f"  {mode}; {pairs}; "
         f"masked {mk['masked_share']} of non-special tokens, as [MASK]/random/kept {mk['mask_share']}/{mk['random_share']}/{mk['keep_share']}"

@@ -51,9 +51,10 @@ class ShardsConfig:
         100_000, "skip longer documents (too_long): Kiwi's time grows quadratically on long runs without spaces"
     )
     strict: bool = C.field(False, "fail on the first unusable document instead of counting it")
-    eval_nsmc_test: str = C.field("", "an NSMC-format test file: count the documents whose letters and digits alone equal one of its reviews")
-    eval_korquad: str = C.field("", "a KorQuAD (SQuAD-format) file: count the documents sharing a 48-character run with one of its contexts")
-    eval_strict: bool = C.field(False, "refuse a corpus holding such documents instead of counting them")
+    eval_nsmc_test: str = C.field("", "an NSMC-format test file: leave out (and count) the documents whose letters and digits alone equal one of its reviews")
+    eval_korquad: str = C.field("", "a KorQuAD (SQuAD-format) file: leave out (and count) the documents sharing a 48-character run with one of its contexts")
+    eval_strict: bool = C.field(False, "refuse a corpus holding such documents instead of leaving them out")
+    keep_eval_text: bool = C.field(False, "keep such documents (counted, and pretrained on) instead of leaving them out")
     seed: int = C.field(0, "seed for every random choice")
     workers: int = C.field(0, "build the pieces on a local Dask cluster of this many worker processes, one Kiwi each (0: this process alone)")
     scheduler: str = C.field("", "build the pieces on a running Dask cluster (tcp://HOST:8786); input and --out must be on a filesystem every worker sees")

@@ -33,7 +33,8 @@ from pathlib import Path
 
 from corpus_tools import SAMPLE_DATA
 from corpus_tools import config as C
-from corpus_tools.artifacts import file_record, read_manifest, write_manifest
+from corpus_tools.artifacts import file_record, read_manifest, sha256_file, write_manifest
+from corpus_tools.guard import EvalText, Found, policy
 from corpus_tools.morph import DEFAULT_KIWI, analyze, default_threads
 from corpus_tools.text import InputError, ReadStats, clean, expand_inputs, iter_documents
 
@@ -70,6 +71,10 @@ class VocabConfig:
     )
     text_field: list[str] = C.field(["title", "text"], "JSON Lines field(s) or Parquet column(s) holding the text (joined by a newline)")
     one_doc_per_line: bool = C.field(False, "plain text: every line is a document (default: blank-line separated)")
+    eval_nsmc_test: str = C.field("", "an NSMC-format test file: leave out of the sample (and count) the documents whose letters and digits alone equal one of its reviews")
+    eval_korquad: str = C.field("", "a KorQuAD (SQuAD-format) file: leave out of the sample (and count) the documents sharing a 48-character run with one of its contexts")
+    eval_strict: bool = C.field(False, "refuse a corpus holding such documents instead of leaving them out")
+    keep_eval_text: bool = C.field(False, "keep such documents in the sample (counted) instead of leaving them out")
     seed: int = C.field(0, "seed for the sentence sample")
     threads: int = C.field(0, "Kiwi and SentencePiece threads (0 = all cores)")
     batch_docs: int = C.field(256, "documents per Kiwi batch")
@@ -118,11 +123,14 @@ def doc_key(seed: int, sha256: str, ordinal: int) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{sha256}:{ordinal}".encode(), digest_size=8).digest(), "little")
 
 
-def sample_documents(files: list, inputs: list[dict], cfg: "VocabConfig", stats: ReadStats) -> tuple[list[str], int]:
+def sample_documents(files: list, inputs: list[dict], cfg: "VocabConfig", stats: ReadStats,
+                     guard=None, found: Found | None = None) -> tuple[list[str], int]:
     """Read every document once (no Kiwi) and keep a seeded sample of whole documents: those with the
     smallest `doc_key`s, as few as hold an estimated SAMPLE_MARGIN x --max-sentences sentences (all of
     them in a smaller corpus). -> (the sample's cleaned texts in input order, characters read).
-    Memory is the sample's size, not the corpus's."""
+    Memory is the sample's size, not the corpus's. `guard` (corpus_tools.guard.EvalText): every
+    document holding evaluation text is counted in `found` and, unless --keep-eval-text, skipped
+    ("eval_text") before the draw, so it never enters the sample (--eval-strict: refused)."""
     from tqdm import tqdm
 
     target = int(cfg.max_sentences * SAMPLE_MARGIN)
@@ -142,6 +150,13 @@ def sample_documents(files: list, inputs: list[dict], cfg: "VocabConfig", stats:
         if not text:
             stats.skip("empty", where)
             continue
+        if guard is not None and (hit := guard.check(text)):
+            if cfg.eval_strict:
+                raise InputError(f"{where}: {hit.replace('_', ' ')} in the corpus (eval_strict)")
+            found.add(hit, where, str(files[current]))
+            if not cfg.keep_eval_text:
+                stats.skip("eval_text", where)
+                continue
         stats.documents_out += 1
         chars += len(text)
         key = doc_key(cfg.seed, inputs[current]["sha256"], ordinal)
@@ -173,6 +188,8 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
     `cfg.out` does not hold this vocabulary."""
     from tqdm import tqdm
 
+    from corpus_tools.morph import kiwi_differs
+
     if cfg.kind == "morpheme-attached" and cfg.model_type != "unigram":
         raise InputError("--kind morpheme-attached needs --model-type unigram")
     out = Path(cfg.out)
@@ -181,6 +198,10 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
     inputs = [file_record(f) for f in files]
     config = {**C.to_dict(cfg), "threads": threads, "kiwi": DEFAULT_KIWI, "sampling": SAMPLING}
     config.pop("force"), config.pop("show"), config.pop("out")
+    evals = [config.pop(k) for k in ("eval_nsmc_test", "eval_korquad")]
+    config.pop("eval_strict"), config.pop("keep_eval_text")  # (strict refuses; it changes nothing built)
+    if any(evals):  # the evaluation files' content and the policy (without them: the vocabulary's identity is as before)
+        config["eval_text"] = [*(sha256_file(f) if f else "" for f in evals), policy(cfg.keep_eval_text)]
     if cfg.kind == "morpheme":
         config.pop("kind")  # added later: at its default the vocabulary's identity is as before
     elif cfg.kind == "plain":
@@ -192,7 +213,13 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
         config["attach_version"] = ATTACH_VERSION
     if not cfg.force and (out / "manifest.json").is_file():
         old = read_manifest(out, "vocab")
-        if _same_work(old, config, inputs):
+        other_kiwi = cfg.kind != "plain" and kiwi_differs(old.get("versions", {}), strict=True)  # what SentencePiece trained on
+        if other_kiwi and _same_work(old, config, inputs):
+            print(f"{out}: built with {other_kiwi}; {'not rebuilt (ready only)' if ready_only else 'rebuilding it'}")
+        if _same_work(old, config, inputs) and not other_kiwi:
+            if cfg.eval_strict and old["counts"].get("eval_text"):  # built before --strict was asked for: its counts decide
+                kind, where = next(iter(old["counts"]["eval_text_first_at"].items()))
+                raise InputError(f"{where}: {kind.replace('_', ' ')} in the corpus (eval_strict; {old['counts']['eval_text']})")
             print(f"{out}: vocabulary up to date (tokenizer {old['tokenizer_hash'][:12]}); --force rebuilds it")
             return old
     if ready_only:
@@ -200,7 +227,9 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
 
     t0 = time.time()
     stats = ReadStats()
-    docs, chars = sample_documents(files, inputs, cfg, stats)
+    guard = EvalText(nsmc_test=[evals[0]] if evals[0] else [], korquad=[evals[1]] if evals[1] else []) if any(evals) else None
+    found = Found()
+    docs, chars = sample_documents(files, inputs, cfg, stats, guard, found)
     t_read = time.time() - t0
     sampled_chars = sum(len(t) for t in docs)
     rng = random.Random(cfg.seed)
@@ -260,6 +289,7 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
     counts = {
         **stats.as_dict(),
         "characters": chars,
+        **(found.counts() if guard is not None else {}),
         "documents_sampled": len(docs),
         "characters_sampled": sampled_chars,
         "sentences": seen,

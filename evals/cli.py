@@ -3,6 +3,8 @@
     korbert eval nsmc      --model DIR [--control] ...   NSMC sentiment: fine-tune, test accuracy
     korbert eval korquad   --model DIR [--control] ...   KorQuAD 1.0: fine-tune, EM / F1 (official scorer)
     korbert eval baseline  [--analyzer char|morph|both]  NSMC: TF-IDF + logistic regression (char / Kiwi morpheme n-grams)
+    korbert eval positions --model DIR --texts FILE      MLM accuracy by position in 512-token windows vs 128-token ones
+    korbert eval positions-texts --corpus F --tokenizer DIR   held-out texts of >= 512 tokens for it
 
 Each writes results.json (metrics, resolved config, data sha256s, device, seconds, examples/s),
 its predictions and manifest.json to --out. `korbert eval TASK --help` lists the options; the
@@ -32,7 +34,19 @@ def _baseline(argv: list[str]) -> dict:
     return cli(argv)
 
 
-TASKS = {"nsmc": _nsmc, "korquad": _korquad, "baseline": _baseline}
+def _positions(argv: list[str]) -> dict:
+    from evals.positions import cli
+
+    return cli(argv)
+
+
+def _positions_texts(argv: list[str]) -> dict:
+    from evals.positions import texts_cli
+
+    return texts_cli(argv)
+
+
+TASKS = {"nsmc": _nsmc, "korquad": _korquad, "baseline": _baseline, "positions": _positions, "positions-texts": _positions_texts}
 
 
 def main(argv: list[str] | None = None) -> dict | None:

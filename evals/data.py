@@ -169,3 +169,34 @@ def split_articles(n_articles: int, every: int = 5) -> tuple[list[int], list[int
         raise InputError(f"--holdout-every must be at least 2, got {every}")
     held = list(range(0, n_articles, every))
     return [i for i in range(n_articles) if i % every], held
+
+
+# -- the KorQuAD protocol with a train file ---------------------------------------------------------
+
+def korquad_protocol(train: str | Path, dev: str | Path) -> str:
+    """"official" when both files are KorQuAD 1.0's own (the git blob ids `korbert data get` pins),
+    else "custom train file"."""
+    from korbert.data_get import DATASETS
+    from korbert.download import git_blob_id
+
+    pins = tuple(r.git_blob for r in DATASETS["korquad"].remotes)  # (train, dev), in order
+    return "official" if (git_blob_id(train), git_blob_id(dev)) == pins else "custom train file"
+
+
+def check_train_apart(train: list[dict], train_path: str | Path, scored: list[QAExample], dev_path: str | Path) -> None:
+    """Refuse a train file (its `data` list) that holds a scored question: its id, or its paragraph's
+    context, identical (NFC). Shared sentences are not refused: train and dev articles may quote the
+    same Wikipedia text."""
+    import unicodedata
+
+    ids = {e.id for e in scored}
+    contexts = {unicodedata.normalize("NFC", e.context) for e in scored}
+    same_ids = [str(q["id"]) for a in train for p in a["paragraphs"] for q in p["qas"] if str(q["id"]) in ids]
+    same_ctx = [f"data[{i}].paragraphs[{j}]" for i, a in enumerate(train) for j, p in enumerate(a["paragraphs"])
+                if unicodedata.normalize("NFC", p["context"]) in contexts]
+    if same_ids or same_ctx:
+        def n(things: list[str], what: str) -> str:
+            return f"{len(things)} {what}{'' if len(things) == 1 else 's'}" + (f" (first: {things[0]})" if things else "")
+
+        raise InputError(f"{train_path}: shares {n(same_ids, 'question id')} and {n(same_ctx, 'paragraph context')} with the "
+                         f"{len(scored):,} scored questions of {dev_path}: a train file must hold none of them")

@@ -6,7 +6,9 @@
 
 The key (also passed to `Dataset.map` as `new_fingerprint`) is the sha256 of the tokenizer files,
 the input file's sha256 and the feature settings (max length; for KorQuAD stride and question
-length). Features cover the whole input file, so the pretrained model and its control, reruns,
+length), and for korbert's tokenizer the installed kiwipiepy and kiwipiepy_model versions (another
+Kiwi may segment otherwise). Where Kiwi is not installed, the newest complete set of the same
+tokenizer, input and settings is read, whichever Kiwi built it: nothing here could build another. Features cover the whole input file, so the pretrained model and its control, reruns,
 other seeds and other training-set sizes all read the same cache; the selection (train/valid
 split, --max-train-examples) happens when the cache is read.
 
@@ -77,9 +79,22 @@ def default_dir(out: str) -> Path:
     return Path(out).resolve().parent / "features"
 
 
-def _key(task: str, tokenizer_sha256: str, inputs: dict, settings: dict) -> str:
+def _key(task: str, tokenizer_sha256: str, inputs: dict, settings: dict, kiwi: dict | None = None) -> str:
     ident = {"version": VERSION, "task": task, "tokenizer_files": tokenizer_sha256, "inputs": inputs, "settings": settings}
+    if kiwi is not None:  # korbert's tokenizer runs Kiwi (other tokenizers: the key is as before)
+        ident["kiwi"] = kiwi
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
+def _built_under_any_kiwi(root: Path, task: str, base: str) -> tuple[Path, str] | None:
+    """(folder, key) of the newest complete set whose key, Kiwi left out, is `base` (a set from before
+    the key named Kiwi has `base` as its key)."""
+    found = []
+    for d in root.glob(f"{task}-*"):
+        m = None if ".partial-" in d.name else _read_meta(d)
+        if m and m.get("complete") and base in (m.get("base_key"), m.get("key")):
+            found.append(((d / "features.json").stat().st_mtime, d, m["key"]))
+    return max(found)[1:] if found else None
 
 
 def _read_meta(folder: Path) -> dict | None:
@@ -108,8 +123,13 @@ def get(root: str | Path, task: str, mf, inputs: dict[str, str], settings: dict,
     features.json, last, and renames the folder into place (see _publish)."""
     root = Path(root)
     records = {name: sha256_file(path) for name, path in inputs.items()}
-    key = _key(task, mf.tokenizer_sha256, records, settings)
+    from corpus_tools.morph import kiwi_versions
+
+    kiwi = kiwi_versions() if mf.kind == "korbert" else None
+    base, key = _key(task, mf.tokenizer_sha256, records, settings), _key(task, mf.tokenizer_sha256, records, settings, kiwi)
     folder = root / f"{task}-{key[:16]}"
+    if kiwi == {} and not rebuild:  # no Kiwi here: a set built under any Kiwi is the only one there can be
+        folder, key = _built_under_any_kiwi(root, task, base) or (folder, key)
     cached = None if rebuild else _reuse(folder, key, mf)
     if cached is not None:
         return cached
@@ -135,6 +155,7 @@ def get(root: str | Path, task: str, mf, inputs: dict[str, str], settings: dict,
                 "files_sha256": mf.tokenizer_sha256, "fingerprint": mf.tokenizer_fingerprint(tok),
                 "class": type(tok).__name__, "size": len(tok), "pad_token_id": tok.pad_token_id or 0,
             },
+            **({"kiwi": kiwi, "base_key": base} if kiwi is not None else {}),
             "model_folder": str(mf.path), "inputs": {n: {"path": str(p), "sha256": records[n]} for n, p in inputs.items()},
             "settings": settings, "counts": counts, "files": files, "seconds": round(time.time() - t0, 2),
         }

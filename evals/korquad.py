@@ -8,7 +8,10 @@ tokenizer gives character offsets.
 Protocol. Only the dev file is available here, so by default the dev articles are split in file
 order: every fifth article (indices 0, 5, 10, ...) is held out and scored, the others are trained
 on (official dev file: 28 articles / 1,287 questions scored, 112 / 4,487 trained on). With
-`--train-file` the official protocol applies: train on the train file, score all of dev.
+`--train-file`: train on the train file, score all of dev; the protocol is "official" only when
+both files are KorQuAD 1.0's own (the git blob ids `korbert data get` pins), else "custom train
+file". A train file holding a scored question (its id, or its paragraph's identical context) is
+refused.
 
 Features (evals/features.py, cached in --features, default `features/` beside --out): the
 windows of the tokenizer's own sliding window (`truncation="only_second", max_length=384,
@@ -31,10 +34,11 @@ manifest.json.
 
 from __future__ import annotations
 
+import math
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +48,7 @@ from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_json, file_record
 from corpus_tools.text import InputError
 from evals import korquad_metric
-from evals.data import QAExample, read_squad, split_articles, squad_examples
+from evals.data import QAExample, check_train_apart, korquad_protocol, read_squad, split_articles, squad_examples
 from evals import features as F
 from evals.finetune import DROPOUT_HELP, FINETUNE_DROPOUT, Device, TrainSettings, check_dropout, fine_tune, load_model, predict, qa_forward, seed_everything, write_results
 from korbert.folders import MODEL_HELP, check_trained_positions, open_folder
@@ -58,7 +62,8 @@ class KorquadConfig:
 
     model: str = C.field("", MODEL_HELP + " (required)")
     dev_file: str = C.field(str(SAMPLE_DATA / "korquad_dev.json"), "KorQuAD 1.0 dev JSON (SQuAD v1 format)")
-    train_file: str = C.field("", "official train JSON: train on it and score all of dev (default: split dev by article)")
+    train_file: str = C.field("", "KorQuAD 1.0 train JSON: train on it and score all of dev (the official protocol when both are "
+                              "KorQuAD's own files; default: split dev by article)")
     holdout_every: int = C.field(5, "without --train-file: articles 0, N, 2N, ... of dev are scored, the rest trained on")
     out: str = C.field("runs/eval-korquad", "output folder")
     control: bool = C.field(False, "control run: the model's config with a seeded random initialization, same fine-tuning")
@@ -69,6 +74,10 @@ class KorquadConfig:
     max_answer_len: int = C.field(30, "longest answer span considered, in tokens")
     n_best: int = C.field(20, "start/end candidates per window, and answers kept in nbest_predictions.json")
     epochs: int = C.field(2, "training epochs")
+    epoch_window: str = C.field(
+        "", "count --epochs in the windows of another shape, MAX_LEN/STRIDE/MAX_QUERY_LEN (e.g. 128/32/40): a run at 384 then "
+        "takes the optimizer steps a run at 128 takes, where its own windows (fewer, longer) would give fewer (empty: its own)",
+    )
     max_steps: int = C.field(0, "stop after this many optimizer steps (0 = no limit)")
     batch_size: int = C.field(16, "training batch size (windows)")
     lr: float = C.field(5e-5, "peak learning rate (AdamW)")
@@ -190,6 +199,18 @@ def postprocess(examples: list[QAExample], feats: list[dict], logits: list[tuple
 # -- the run -------------------------------------------------------------------------------------
 
 
+def parse_window(spec: str, epochs: int) -> tuple[int, int, int] | None:
+    """--epoch-window MAX_LEN/STRIDE/MAX_QUERY_LEN -> (max_len, stride, max_query_len); "" -> None."""
+    if not spec:
+        return None
+    parts = spec.split("/")
+    if len(parts) != 3 or not all(x.isdigit() and int(x) > 0 for x in parts):
+        raise InputError(f"--epoch-window {spec}: expected MAX_LEN/STRIDE/MAX_QUERY_LEN, e.g. 128/32/40")
+    if epochs < 1:
+        raise InputError(f"--epoch-window {spec} counts --epochs: set --epochs >= 1")
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
 def scoring_dataset(examples: list[QAExample]) -> list[dict]:
     """The questions scored, as a SQuAD `data` list for korquad_metric.evaluate."""
     return [{"paragraphs": [{"qas": [{"id": e.id, "answers": e.answers} for e in examples]}]}]
@@ -204,7 +225,7 @@ def main(cfg: KorquadConfig) -> dict:
         train_ex = squad_examples(train_data, cfg.train_file, need_answer=True)
         train_all, train_path = squad_examples(train_data, cfg.train_file), cfg.train_file
         eval_ex = dev_all
-        protocol = {"name": "official", "train": "all of --train-file", "scored": "all of --dev-file"}
+        protocol = {"name": korquad_protocol(cfg.train_file, cfg.dev_file), "train": "all of --train-file", "scored": "all of --dev-file"}
     else:
         tr_articles, held = split_articles(len(dev), cfg.holdout_every)
         if not tr_articles:
@@ -221,9 +242,12 @@ def main(cfg: KorquadConfig) -> dict:
         train_ex = [train_ex[i] for i in pick]
     if cfg.max_eval_examples > 0:
         eval_ex = eval_ex[: cfg.max_eval_examples]
+    if cfg.train_file:
+        check_train_apart(train_data, cfg.train_file, eval_ex, cfg.dev_file)
     protocol.update(train_questions=len(train_ex), scored_questions=len(eval_ex))
 
     check_dropout(cfg.dropout)
+    other_window = parse_window(cfg.epoch_window, cfg.epochs)
     device = Device.pick(cfg.device, cfg.threads)
     seed_everything(cfg.seed)
     mf = open_folder(cfg.model, weights=not cfg.control)
@@ -263,7 +287,17 @@ def main(cfg: KorquadConfig) -> dict:
     pad = tmeta["pad_token_id"]
 
     settings = TrainSettings(cfg.epochs, cfg.max_steps, cfg.batch_size, cfg.lr, cfg.warmup_ratio, cfg.weight_decay, cfg.seed)
+    budget = None
+    if other_window:  # epochs of the other shape's windows of the same questions, as a step budget
+        other = F.korquad(root, mf, train_path, train_all, *other_window, cfg.rebuild_features)
+        n = len(select_windows(other, train_all, train_ex, True))
+        steps = cfg.epochs * math.ceil(n / cfg.batch_size)
+        steps = min(steps, cfg.max_steps) if cfg.max_steps > 0 else steps
+        budget = {"epochs": cfg.epochs, "epoch_window": cfg.epoch_window, "windows_per_epoch": n, "max_steps": steps}
+        settings = replace(settings, epochs=0, max_steps=steps)
     training = fine_tune(model, train_feats, ("start_positions", "end_positions"), settings, device, None, desc="korquad", pad_id=pad)
+    if budget:
+        training["budget"] = budget
 
     logits = predict(
         model, eval_feats, cfg.eval_batch_size, device,

@@ -58,6 +58,81 @@ def long_steps_text(m: dict) -> str:
     return f"the last {n:,} steps" if last == n else f"{n:,} steps in all, the last {last:,} from step {start:,}"
 
 
+def long_phase_text(m: dict, long_len: int) -> str:
+    """" Positions 0–127 were trained through the whole run, 128–511 only in the long phase, ...", from the
+    manifest's `long_phase` record (korbert.phases.long_phase_record; "" for an export made before it)."""
+    lp = m.get("long_phase")
+    if not lp:
+        return ""
+    s, decay = lp["short_len"], (m.get("config") or {}).get("schedule", "linear")
+    start = f", starting as copies of 0–{s - 1} (tiled)" if lp["positions"] == "copy" else ", from their random initialization"
+    if lp["schedule"] == "own":
+        lr = (f"its own learning-rate schedule: warmup over {lp['warmup']:.0%} of it to a peak of {lp['peak_lr']:.1e}, "
+              f"then {decay} decay to 0")
+    else:
+        at = f", from {lp['lr_at_switch']:.1e} at the switch" if lp.get("lr_at_switch") is not None else ""
+        lr = f"the tail of the run's learning-rate schedule ({decay} decay to 0{at})"
+    return f" Positions 0–{s - 1} were trained through the whole run, {s}–{long_len - 1} only in the long phase{start}; it trained with {lr}."
+
+
+def _dropout(r: dict) -> str:
+    set_ = ((r.get("model") or {}).get("dropout") or {}).get("set")
+    if set_ == {}:  # a config without BERT's dropout fields keeps its own
+        return "the model config's own"
+    return f"{r['config']['dropout']:g}"
+
+
+def finetuning_lines(results: dict) -> list[str]:
+    """How each score was fine-tuned, from the results.json its eval wrote (`results`: {"nsmc": ...,
+    "korquad": ...}; a task absent is not reported): the settings behind the row, and a transformers
+    `TrainingArguments` that reproduces the NSMC row (korbert's fine-tuning is AdamW with no decay on
+    biases and LayerNorm, linear warmup then linear decay, gradients clipped at 1.0, as `Trainer`'s)."""
+    head = ["| task | epochs (steps) | learning rate | batch size | warmup | weight decay | dropout | max length | stride | seed |",
+            "|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    rows = []
+    for task, name in (("nsmc", "NSMC"), ("korquad", "KorQuAD 1.0")):
+        r = results.get(task)
+        if not r:
+            continue
+        c, t = r["config"], r.get("training") or {}
+        cap = f", at most {c['max_steps']:,} steps" if c.get("max_steps") else ""
+        steps = f" ({t['steps']:,} steps)" if "steps" in t else ""
+        warmup = f"{c['warmup_ratio']:.0%} of the steps" + (f" ({t['warmup_steps']:,})" if "warmup_steps" in t else "") + ", then linear decay"
+        stride = f"{c['stride']}" if task == "korquad" else "-"
+        max_len = f"{c['max_len']}" + (f" (question {c['max_query_len']})" if task == "korquad" else "")
+        rows.append(f"| {name} | {c['epochs']}{cap}{steps} | {c['lr']:g} | {c['batch_size']} | {warmup} | {c['weight_decay']:g} | "
+                    f"{_dropout(r)} | {max_len} | {stride} | {c['seed']} |")
+    if not rows:
+        return []
+    lines = ["", "### How the scores were fine-tuned", "", *head, *rows]
+    n = results.get("nsmc")
+    if n:
+        c = n["config"]
+        held = (f" korbert held out {n['n']['valid']:,} of the training reviews (`valid_size` {c['valid_size']:g}, seed {c['seed']}) "
+                "to pick the best epoch and trained on the rest;" if n.get("n", {}).get("valid") else "")
+        drop = _dropout(n)
+        kwargs = (f", hidden_dropout_prob={drop}, attention_probs_dropout_prob={drop}, classifier_dropout={drop}"
+                  if drop != "the model config's own" else "")
+        lines += [
+            "",
+            f"The NSMC row with transformers' `Trainer` (reviews tokenized with truncation at {c['max_len']} tokens):{held} "
+            "`warmup_steps` below 1 is a share of the steps. `Trainer`'s defaults (no warmup, no weight decay) score lower.",
+            "",
+            "```python",
+            "from transformers import AutoModelForSequenceClassification, TrainingArguments",
+            "",
+            f'model = AutoModelForSequenceClassification.from_pretrained("PATH", num_labels=2{kwargs})',
+            "args = TrainingArguments(",
+            f'    "nsmc", num_train_epochs={c["epochs"]}, learning_rate={c["lr"]:g}, per_device_train_batch_size={c["batch_size"]},'
+            + (f" max_steps={c['max_steps']}," if c.get("max_steps") else ""),
+            f'    warmup_steps={c["warmup_ratio"]:g}, weight_decay={c["weight_decay"]:g}, lr_scheduler_type="linear", max_grad_norm=1.0,',
+            f'    train_sampling_strategy="group_by_length", seed={c["seed"]},',  # (transformers 5: warmup_steps < 1 is a share)
+            ")",
+            "```",
+        ]
+    return lines
+
+
 def _file_table(head: str, inputs: list[dict]) -> list[str]:
     rows = [f"| {head} | bytes | sha256 |", "|---|---:|---|"]
     for c in inputs:
@@ -66,10 +141,12 @@ def _file_table(head: str, inputs: list[dict]) -> list[str]:
     return rows
 
 
-def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes: list[str] | None = None, datasets: dict | None = None) -> str:
+def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes: list[str] | None = None, datasets: dict | None = None,
+              finetuning: dict | None = None) -> str:
     """The card for a model manifest `m` (final/manifest.json); `table`: result rows (korbert.table's),
     the one with origin "pretrained here" being this model; `datasets`: what each task was scored on
-    ({"nsmc": ..., "korquad": ...})."""
+    ({"nsmc": ..., "korquad": ...}); `finetuning`: this model's results.json per task, whose settings
+    the card lists (`finetuning_lines`)."""
     mc = m["model_config"]
     run = m.get("config", {})
     name = f"korbert BERT ({mc['num_hidden_layers']} layers, hidden {mc['hidden_size']})"
@@ -105,7 +182,8 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
             same = input_ids(long) == input_ids(corpus)
             lines += ["", f"The long phase ({long_steps_text(m)}) read instances of up to {long['max_seq_len']} tokens "
                       f"made from {'the same files' if same else 'other files'}: {long['documents']:,} documents, "
-                      f"{long['train_instances']:,} training instances of {long['train_tokens']:,} tokens."]
+                      f"{long['train_instances']:,} training instances of {long['train_tokens']:,} tokens."
+                      + long_phase_text(m, long["max_seq_len"])]
             if not same:
                 lines += ["", *_file_table("long-phase file", long["inputs"])]
     else:
@@ -164,18 +242,22 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
         if ours is not None:
             lines += ["", f"This model: {(datasets or {}).get('nsmc', 'NSMC')} accuracy {pct(ours.get('nsmc_accuracy'))}, KorQuAD EM {pct(ours.get('korquad_em'))} / "
                       f"F1 {pct(ours.get('korquad_f1'))}."]
+        if ours is not None:  # the settings of the scores this card reports
+            scored = {"nsmc": ours.get("nsmc_accuracy") is not None, "korquad": ours.get("korquad_f1") is not None}
+            lines += finetuning_lines({k: v for k, v in (finetuning or {}).items() if scored.get(k)})
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def write_card(
     folder: str | Path, table: list[dict] | None = None, notes: list[str] | None = None, license: str | None = None, datasets: dict | None = None,
+    finetuning: dict | None = None,
 ) -> Path:
     """final/README.md from final/manifest.json (and the results rows, when there are any). The
     license is the manifest's (`korbert pretrain --license`) unless given."""
     folder = Path(folder)
     m = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     path = folder / CARD
-    text = card_text(m, m.get("license", "") if license is None else license, table, notes, datasets)
+    text = card_text(m, m.get("license", "") if license is None else license, table, notes, datasets, finetuning)
     atomic_write_bytes(path, text.encode("utf-8"))
     return path
 

@@ -56,8 +56,14 @@ def run_key(
         ident["long_shards"] = long_key  # by content, as the shards
         if not cfg.tokens_per_batch:
             ident["long_rows"] = "real-tokens"  # the long phase's rows keep the real tokens per step (before: rows x 128 / 512)
+        # added later: at their defaults (the only behaviour before) a run keeps its key; the warmup and lr count only with own
+        if ident["long_schedule"] == "shared":
+            del ident["long_schedule"], ident["long_warmup"], ident["long_lr"]
+        if ident["long_init"] == "keep":
+            del ident["long_init"]
     else:
-        del ident["long_shards"], ident["long_phase"]
+        for k in ("long_shards", "long_phase", "long_schedule", "long_warmup", "long_lr", "long_init"):
+            del ident[k]
     if cfg.init_from:
         ident["init_from"] = init_key  # the starting weights by content, not by path
     else:
@@ -66,6 +72,49 @@ def run_key(
         if ident[k] == default:  # options added later: at their defaults (CUDA's bf16, CPU's fp32 before) the key is as before
             del ident[k]
     return hashlib.sha256(json.dumps([ident, shards_key, tokenizer_hash, world], sort_keys=True).encode()).hexdigest()
+
+
+def load_checkpoint(cfg: PretrainConfig, out: Path, key: str, key_other_compile, dist) -> dict | None:
+    """out/ckpt.pt when it holds this run (`key`), to resume; None to start fresh (none there, --force, or
+    --replace of another run's, whose files are then removed). Refused with one line: --no-resume, another
+    number of processes (each rank's streams continue), another run, or one cut with the other --compile
+    (`key_other_compile()`: this run's key with --compile flipped)."""
+    import torch
+
+    ckpt_path, log_path, final = out / "ckpt.pt", out / "log.jsonl", out / "final"
+    state, force = None, cfg.force
+    if ckpt_path.exists() and not force:
+        state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        written_by = state["state"].get("world", 1)
+        foreign = state["state"]["run_key"] != key
+        if foreign and cfg.replace:
+            if dist.main:
+                print(f"{ckpt_path}: a run with other settings; starting over")
+            state, force = None, True
+        elif not cfg.resume:
+            raise InputError(f"{ckpt_path} exists: pass --resume to continue it or --force to start over")
+        elif written_by != dist.world:
+            raise InputError(
+                f"{ckpt_path} was written by {written_by} process(es) and this run has {dist.world}: resume it with "
+                f"the same number (torchrun --nproc_per_node {written_by}), since each rank's data and dropout stream "
+                f"continue from where they stopped; or pass --force to start over"
+            )
+        elif foreign and state["state"]["run_key"] == key_other_compile():
+            why = "--compile cuts the batches of a --tokens-per-batch run without --pack otherwise (lengths rounded to buckets)"
+            if "bucketed" not in state["state"]:  # written before the key held it: either way is possible
+                raise InputError(f"{ckpt_path} does not say whether it was trained with --compile ({why}): pass --force to start over")
+            was = "with" if state["state"]["bucketed"] else "without"
+            raise InputError(f"{ckpt_path} was trained {was} --compile ({why}): resume it {was} --compile, or pass --force to start over")
+        elif foreign:
+            raise InputError(f"{ckpt_path} belongs to another run (other shards or settings); pass --force to start over")
+    if force and dist.main:
+        for p in (ckpt_path, log_path, out / "config.json"):
+            p.unlink(missing_ok=True)
+        shutil.rmtree(final, ignore_errors=True)
+    dist.barrier()
+    if state is not None and isinstance(state["rng"], dict):  # written before per-rank RNG states
+        state["rng"] = [state["rng"]]
+    return state
 
 
 def rng_state(device) -> dict:

@@ -1,6 +1,6 @@
 """`korbert data get NAME...`: the evaluation sets and pretraining corpora, from their public sources.
 
-    korbert data get all                      # into the data folder (--out, $KORBERT_DATA, or the default below)
+    korbert data get all                      # into the data folder (--out, else $KORBERT_DATA, else ~/.cache/korbert/data)
     korbert data get nsmc korquad --out DIR
     korbert data get all --mirror /mnt/korbert-data   # an air-gapped cluster: another data folder, or its URL
     korbert data list                         # what each name is, and what the data folder holds
@@ -12,8 +12,9 @@ The data folder's layout is what the presets read:
     corpus/reviews.jsonl.gz                              the NSMC crawl (e9t/nsmc raw/) minus the NSMC test reviews
     corpus/petitions.jsonl.gz                            lovit/petitions_archive
     corpus/kowiki.jsonl.gz                               Korean Wikipedia (wikimedia/wikipedia, 20231101.ko) minus
-                                                         the KorQuAD dev articles and every article sharing a
-                                                         48-character run with a dev context
+                                                         the KorQuAD dev articles (titles compared with `_` as a
+                                                         space) and every article sharing a 48-character run
+                                                         with a dev context
     downloads/                                           what the corpora were derived from (kept: re-runs and mirrors)
     korbert-data.json                                    the manifest: sources, revisions, bytes, checksums, counts
 
@@ -29,7 +30,10 @@ Integrity. Every download is checked before it takes its final name:
 A mirror is another data folder (a directory, or an http(s) URL serving one): the same relative
 paths, and its korbert-data.json vouches for the files the code has no checksum for.
 
-A re-run finds verified files and does nothing; an interrupted download resumes (HTTP Range).
+A re-run finds verified files and does nothing; an interrupted download resumes (HTTP Range, from
+the same URL; an archive nothing pins only with If-Range). A file fetched under an earlier pin is
+kept until its replacement is verified. An archive nothing pins whose derivation fails is removed
+with its record, so that the next run fetches it again.
 A file in the folder that this command did not write (no record in korbert-data.json) is used
 when it is the pinned file, and otherwise refused and left as it is (--replace replaces it).
 The corpora are written once their inputs verify, atomically, and re-derived only when an input
@@ -47,6 +51,7 @@ import re
 import sys
 import tarfile
 import time
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,12 +63,17 @@ from corpus_tools.text import InputError
 MANIFEST = "korbert-data.json"
 HUB = "https://huggingface.co"
 NSMC_COMMIT = "b6232e69290a826104357381560e18adbad23473"  # e9t/nsmc, with raw/ (the crawl)
-PETITIONS_COMMIT = "f032f9e09e97989226ded41391e17e2f13e22330"  # lovit/petitions_archive, through 2019-08
+# lovit/petitions_archive, 2017-08 to 2019-08, every month as text and in its `files` list (at f032f9e,
+# 2019-01 was a .zip and the list ended there)
+PETITIONS_COMMIT = "03dc3f3d69e03a0a4885350c6991e328fc0a6b81"
 WIKI_REPO, WIKI_REVISION, WIKI_CONFIG = "wikimedia/wikipedia", "41e6bc09f9122942bcda3499cdbf38a97cb835cc", "20231101.ko"
 WIKI_FILES = [f"{WIKI_CONFIG}/train-{i:05d}-of-00003.parquet" for i in range(3)]
 # the crawl behind NSMC, as counted when this project's NSMC-R was rebuilt from it (../shared/data/README.md)
 CRAWL_REVIEWS = 712_404
-DERIVATION = 1  # the filtering rules below: a change re-derives every corpus
+# each corpus's filtering rules below: a change re-derives that corpus (kowiki 2: titles compared with `_` as a space;
+# petitions 2: months in any form, checked against the archive's `files` list)
+DERIVATION = {"reviews": 1, "petitions": 2, "kowiki": 2}
+UNPINNED = "nothing (a GitHub archive: its sha256 is recorded on first download)"  # a record's pinned_by
 
 
 @dataclass(frozen=True)
@@ -125,11 +135,15 @@ def _write_jsonl_gz(path: Path, rows) -> None:
     while writing leaves the file there before untouched)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
-        buf = io.BufferedWriter(gz, 1 << 20)
-        for row in rows:
-            buf.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
-        buf.flush()
+    try:
+        with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
+            buf = io.BufferedWriter(gz, 1 << 20)
+            for row in rows:
+                buf.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+            buf.flush()
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     with open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -191,12 +205,13 @@ def derive_reviews(folder: Path, downloads: dict[str, Path]) -> dict:
 
 
 def derive_petitions(folder: Path, downloads: dict[str, Path]) -> dict:
-    counts = {"months": 0, "petitions": 0, "empty": 0, "documents": 0}
+    """Every month of the archive, each checked against its `files` list (korbert/petitions.py)."""
+    from korbert.petitions import months
+
+    counts = {"months": 0, "months_listed": 0, "petitions": 0, "empty": 0, "documents": 0}
 
     def rows():
-        for name, data in _tar_members(downloads["archive"], lambda n: re.search(r"/petitions_\d{4}-\d{2}$", n) is not None):
-            month = name.rsplit("/", 1)[1]
-            counts["months"] += 1
+        for month, data in months(downloads["archive"], counts):
             for i, line in enumerate(data.decode("utf-8").split("\n")):  # not splitlines(): U+2028 may sit inside a string
                 if not line.strip():
                     continue
@@ -237,7 +252,7 @@ def derive_kowiki(folder: Path, downloads: dict[str, Path]) -> dict:
                     title = unicodedata.normalize("NFC", (title or "").strip())
                     if not text:
                         counts["empty"] += 1
-                    elif title in guard.titles:
+                    elif guard.is_title(title):
                         counts["korquad_title"] += 1
                     elif guard.shares_context(text):
                         counts["korquad_context"] += 1
@@ -273,13 +288,10 @@ _DOWNLOAD_KEYS = {"reviews": ["crawl"], "petitions": ["archive"], "kowiki": [f"p
 # --- the data folder --------------------------------------------------------------------------
 
 def default_folder() -> Path:
-    """$KORBERT_DATA; else this checkout's ../shared/data when there is one (this project's CI);
-    else ~/.cache/korbert/data."""
+    """$KORBERT_DATA; else ~/.cache/korbert/data ($XDG_CACHE_HOME/korbert/data where that is set).
+    Never a folder found beside the code: a checkout knows nothing of where its user keeps data."""
     if os.environ.get("KORBERT_DATA"):
         return Path(os.environ["KORBERT_DATA"])
-    beside = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
-    if beside.is_dir():
-        return beside
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "korbert" / "data"
 
 
@@ -306,7 +318,7 @@ def _mirror_manifest(mirror: str) -> dict:
         try:
             return http_get_json(url).get("files", {})
         except DownloadError as e:
-            if "404" in str(e):
+            if e.status == 404:  # the status, not the message: the mirror's URL may hold "404"
                 return {}
             raise InputError(f"mirror {mirror}: cannot read its {MANIFEST} ({e})") from None
     return _read_json(local / MANIFEST).get("files", {})
@@ -335,7 +347,7 @@ def _expected(r: Remote, mirror: str | None, mirrored: Callable[[], dict]) -> di
             return {"sha256": rec["sha256"], "size": rec.get("bytes"), "pinned_by": "the mirror's manifest"}
         if r.hub:
             raise InputError(f"{r.rel}: the mirror's {MANIFEST} records no sha256 for it, and without one the file cannot be verified")
-        return {"pinned_by": "nothing (a GitHub archive: its sha256 is recorded on first download)"}
+        return {"pinned_by": UNPINNED}
     if r.hub:
         from huggingface_hub import HfApi
 
@@ -348,7 +360,7 @@ def _expected(r: Remote, mirror: str | None, mirrored: Callable[[], dict]) -> di
         if not info or not getattr(info[0], "lfs", None):
             raise InputError(f"{HUB}/datasets/{repo} at {rev[:7]}: no LFS file {path}")
         return {"sha256": info[0].lfs.sha256, "size": info[0].lfs.size, "pinned_by": f"the Hub's LFS pointer at {rev[:7]}"}
-    return {"pinned_by": "nothing (a GitHub archive: its sha256 is recorded on first download)"}
+    return {"pinned_by": UNPINNED}
 
 
 def _foreign(folder: Path, rel: str, manifest: dict, expected: dict | None = None) -> None:
@@ -424,8 +436,8 @@ def _get(want: list[str], folder: Path, mirror: str | None, progress: bool, repl
         for i, r in enumerate(d.remotes):
             dest = folder / r.rel
             known = manifest["files"].get(r.rel, {})
-            if known and (known.get("url"), known.get("revision")) != (r.url, r.revision):
-                dest.unlink(missing_ok=True)  # fetched under an earlier pin: another file now
+            stale = bool(known) and (known.get("url"), known.get("revision")) != (r.url, r.revision)
+            if stale:  # fetched under an earlier pin: another file now, kept until the new one is verified
                 known = {}
             exp = _expected_cached(r, known, dest, mirror, mirrored)
             if not replace:
@@ -435,7 +447,7 @@ def _get(want: list[str], folder: Path, mirror: str | None, progress: bool, repl
             print(f"{n}: {r.rel}", file=sys.stderr)
             try:
                 got = fetch(r.url, dest, git_blob=exp.get("git_blob"), sha256=exp.get("sha256"), size=exp.get("size"),
-                            mirror=mirror, rel=r.rel, progress=progress)
+                            mirror=mirror, rel=r.rel, progress=progress, trust_existing=not stale)
             except DownloadError as e:
                 raise InputError(str(e)) from None
             manifest["files"][r.rel] = {
@@ -447,7 +459,7 @@ def _get(want: list[str], folder: Path, mirror: str | None, progress: bool, repl
             keys = _DOWNLOAD_KEYS.get(n)
             paths[keys[i] if keys else r.rel] = dest
         if d.derive:
-            inputs = {"derivation": DERIVATION, **{r.rel: manifest["files"][r.rel]["sha256"] for r in d.remotes}}
+            inputs = {"derivation": DERIVATION[n], **{r.rel: manifest["files"][r.rel]["sha256"] for r in d.remotes}}
             inputs.update({rel: manifest["files"][rel]["sha256"] for dep in d.needs for rel in DATASETS[dep].outputs})
             old = manifest["datasets"].get(n, {})
             fresh = old.get("inputs") == inputs and all(
@@ -461,9 +473,17 @@ def _get(want: list[str], folder: Path, mirror: str | None, progress: bool, repl
             t0 = time.time()
             try:
                 counts = d.derive(folder, paths)
-            except (tarfile.TarError, EOFError, OSError, ValueError, KeyError) as e:  # a bad archive or parquet: one line
-                raise InputError(f"{n}: cannot derive {', '.join(d.outputs)} from {', '.join(str(p) for p in paths.values())} "
-                                 f"({type(e).__name__}: {' '.join(str(e).split())})") from None
+            except (tarfile.TarError, EOFError, OSError, ValueError, KeyError, zlib.error) as e:  # a bad archive or parquet: one line
+                # an input that nothing but its first download vouches for may be the bad one: dropped, fetched again next run
+                dropped = [r.rel for r in d.remotes if manifest["files"][r.rel].get("pinned_by") == UNPINNED]
+                for rel in dropped:
+                    del manifest["files"][rel]
+                    (folder / rel).unlink(missing_ok=True)
+                atomic_write_json(folder / MANIFEST, manifest)
+                kind = type(e).__name__ if type(e).__module__ == "builtins" else f"{type(e).__module__}.{type(e).__name__}"
+                note = f" (removed {', '.join(dropped)}, which nothing pins: the next run fetches it again)" if dropped else ""
+                raise InputError(f"{n}: cannot derive {', '.join(d.outputs)} from {', '.join(str(p) for p in paths.values())}{note} "
+                                 f"({kind}: {' '.join(str(e).split())})") from None
             digests = {rel: file_digests(folder / rel) for rel in d.outputs}
             manifest["datasets"][n] = {
                 "about": d.about, "inputs": inputs, "counts": counts, "seconds": round(time.time() - t0, 1),
@@ -548,7 +568,7 @@ def cli(argv: list[str]) -> None:
     sub = ap.add_subparsers(dest="what", required=True)
     g = sub.add_parser("get", help="download, verify and derive datasets into the data folder")
     g.add_argument("names", nargs="+", metavar="NAME", help=f"{', '.join(DATASETS)} or all (a corpus brings the evaluation set it is filtered by)")
-    g.add_argument("--out", type=Path, default=None, help="the data folder (default: $KORBERT_DATA, else this checkout's ../shared/data, else ~/.cache/korbert/data)")
+    g.add_argument("--out", type=Path, default=None, help="the data folder (default: $KORBERT_DATA, else ~/.cache/korbert/data)")
     g.add_argument("--mirror", default=None, help="fetch from this data folder (a directory or an http(s) URL) instead of the origins")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
     g.add_argument("--replace", action="store_true", help="replace files in the data folder that this command did not write "

@@ -4,13 +4,17 @@
 file. The rules, in the order they apply:
 
 - **Already there.** If `dest` exists and every checksum given matches, nothing is fetched (the
-  server sees no request). With no checksum given, an existing file is trusted as it is. A `dest`
-  that fails verification is not trusted, but it is not deleted either: it is replaced only once a
-  verified download is ready.
-- **Partial file.** Bytes go to `<dest>.part`. A `.part` left by an interrupted run is resumed with
-  `Range: bytes=N-`: a 206 appends; a 200 (the server ignored Range) starts over; a 416 (nothing
-  after byte N) means the `.part` is complete or too long, so it is verified and, failing that,
-  fetched again from byte 0.
+  server sees no request). With no checksum given, an existing file is trusted as it is (unless
+  `trust_existing=False`). A `dest` that fails verification is not trusted, but it is not deleted
+  either: it is replaced only once a verified download is ready.
+- **Partial file.** Bytes go to `<dest>.part`, and `<dest>.part.json` records the URL they came
+  from and the server's validator (a strong ETag, else Last-Modified). A `.part` left by an
+  interrupted run is resumed with `Range: bytes=N-` only from that same URL, and with `If-Range:
+  <validator>` when there is one, so a file that changed on the server comes whole (200) instead of
+  as the rest of another version. A file given no checksum (nothing would catch a splice) is
+  resumed only with a validator; without one it starts over. A 206 appends; a 200 (the server
+  ignored Range, or the file changed) starts over; a 416 (nothing after byte N) means the `.part`
+  is complete or too long, so it is verified and, failing that, fetched again from byte 0.
 - **Retries.** Connection errors, timeouts, a body cut short, HTTP 429 and 5xx are retried with
   exponential backoff, each retry resuming from the bytes already in `.part`. `retries` counts
   failures in a row: an attempt that added bytes resets the count, so a long download over a flaky
@@ -60,7 +64,12 @@ NETWORK_ERRORS = (URLError, ConnectionError, TimeoutError, http.client.HTTPExcep
 
 
 class DownloadError(Exception):
-    """A download that failed for good; the message is one line naming the URL or file."""
+    """A download that failed for good; the message is one line naming the URL or file. `status`:
+    the HTTP status that ended it (404, 403, a 503 retried to the end), None when there was no answer."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 # -- digests --------------------------------------------------------------------------------------
@@ -146,16 +155,16 @@ def _retrying(url: str, once, *, retries: int, backoff: float, progress=lambda: 
         except HTTPError as e:
             e.close()  # an HTTPError holds the response's socket
             if e.code not in RETRY_STATUS:
-                raise DownloadError(f"{url}: {_reason(e)}") from None
-            why, wait = _reason(e), _retry_after(e)
+                raise DownloadError(f"{url}: {_reason(e)}", e.code) from None
+            why, wait, status = _reason(e), _retry_after(e), e.code
         except NETWORK_ERRORS as e:
             if isinstance(e, URLError) and isinstance(e.reason, ssl.SSLCertVerificationError):
                 raise DownloadError(f"{url}: {_one_line(e.reason)}") from None  # same answer every time
-            why, wait = _reason(e), 0.0
+            why, wait, status = _reason(e), 0.0, None
         failures = 1 if progress() > before else failures + 1
         if failures > retries:
             tries = f"{attempts} attempt" + ("s" if attempts > 1 else "")
-            raise DownloadError(f"{url}: {why} (gave up after {tries})")
+            raise DownloadError(f"{url}: {why} (gave up after {tries})", status)
         time.sleep(max(wait, min(backoff * 2 ** (failures - 1), MAX_WAIT)))
 
 
@@ -202,14 +211,47 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _http_once(url: str, part: Path, timeout: float, bar) -> bool:
+def _source(part: Path) -> Path:
+    """Where a .part's source is recorded: {"url": the URL its bytes came from, "validator": the
+    strong ETag or Last-Modified that came with them, or null}."""
+    return part.with_name(part.name + ".json")
+
+
+def _read_source(part: Path) -> dict:
+    try:
+        got = json.loads(_source(part).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # absent (a .part of an older korbert), or cut short: nothing known
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+def _drop_part(part: Path) -> None:
+    part.unlink(missing_ok=True)
+    _source(part).unlink(missing_ok=True)
+
+
+def _validator(headers) -> str | None:
+    """What If-Range may carry (RFC 9110 13.1.5): a strong ETag, else Last-Modified."""
+    etag = headers.get("ETag")
+    return etag if etag and not etag.startswith("W/") else headers.get("Last-Modified")
+
+
+def _http_once(url: str, part: Path, timeout: float, bar, pinned: bool) -> bool:
     """One request: resume `part` (or start it) and read the body to its end. Returns whether the
     file's head came from an earlier attempt (a resume). A body cut short raises ConnectionError,
-    so that the retry loop resumes it."""
+    so that the retry loop resumes it. A .part is resumed only from the URL its source record
+    names, with If-Range when a validator came with it; an unpinned file (no checksum to catch a
+    splice) only with one."""
     have = _size(part)
+    source = _read_source(part) if have else {}
+    if have and (source.get("url") != url or not (pinned or source.get("validator"))):
+        _drop_part(part)  # another URL's bytes, or no way to tell that the server's file is still theirs
+        have = 0
     headers = {"User-Agent": USER_AGENT}
     if have:
         headers["Range"] = f"bytes={have}-"
+        if source.get("validator"):
+            headers["If-Range"] = source["validator"]  # a changed file comes whole (200), never as the rest of another
     try:
         resp = urlopen(Request(url, headers=headers), timeout=timeout)
     except HTTPError as e:
@@ -223,9 +265,10 @@ def _http_once(url: str, part: Path, timeout: float, bar) -> bool:
         length = int(length) if length and length.isdigit() else None
         if have and resp.status == 206:
             first, total = _content_range(resp.headers.get("Content-Range"))
-            if first != have:  # not the range asked for: start clean rather than guess
-                part.unlink()
-                raise ConnectionError(f"asked for bytes {have}- and got {resp.headers.get('Content-Range')}")
+            if first != have or (source.get("validator") and _validator(resp.headers) not in (None, source["validator"])):
+                _drop_part(part)  # not the range asked for, or of another version: start clean rather than guess
+                raise ConnectionError(f"asked for bytes {have}- of {source.get('validator')} and got "
+                                      f"{resp.headers.get('Content-Range')} of {_validator(resp.headers)}")
             if total is None and length is not None:
                 total = have + length
             mode = "ab"
@@ -234,6 +277,10 @@ def _http_once(url: str, part: Path, timeout: float, bar) -> bool:
         bar.reset(total=total)
         bar.update(have)
         with open(part, mode) as f:
+            if mode == "wb":  # the .part is empty now: record where its bytes come from before any arrive
+                tmp = part.with_name(part.name + ".json.tmp")
+                tmp.write_text(json.dumps({"url": url, "validator": _validator(resp.headers)}), encoding="utf-8")
+                os.replace(tmp, _source(part))
             # read1: whatever has arrived, at most one socket read. With read(), a timeout or a reset
             # would throw away the part of a chunk already received instead of saving it to resume.
             while chunk := resp.read1(CHUNK):
@@ -267,29 +314,32 @@ def local_path(location: str) -> Path | None:
 
 
 def _resume_or_restart(url, part, timeout, bar, size, git_blob, sha256) -> bool:
-    """`_http_once`, plus what a 416 means: the .part already holds every byte the server has. It
-    is kept if it verifies against what is known (the checksums, or at least the server's size),
-    otherwise fetched again from byte 0."""
+    """`_http_once`, plus what a 416 means: the .part already holds every byte the server has (of
+    the same version, when If-Range said which). It is kept if it verifies against what is known
+    (the checksums, or at least the server's size), otherwise fetched again from byte 0."""
+    pinned = git_blob is not None or sha256 is not None
     try:
-        return _http_once(url, part, timeout, bar)
+        return _http_once(url, part, timeout, bar, pinned)
     except _RangeNotSatisfiable as e:
         expected = size if size is not None else e.total
-        known = expected is not None or git_blob is not None or sha256 is not None
+        known = expected is not None or pinned
         if known and _mismatch(file_digests(part), expected, git_blob, sha256) is None:
             return True
-        part.unlink()
-        return _http_once(url, part, timeout, bar)
+        _drop_part(part)
+        return _http_once(url, part, timeout, bar, pinned)
 
 
 def fetch(
     url: str, dest: Path, *, git_blob: str | None = None, sha256: str | None = None, size: int | None = None,
     mirror: str | None = None, rel: str | None = None, retries: int = 5, backoff: float = 1.0,
-    timeout: float = 60.0, progress: bool = True,
+    timeout: float = 60.0, progress: bool = True, trust_existing: bool = True,
 ) -> dict:
     """Make `dest` a verified copy of `url` (rules in the module docstring). Returns
     {"url", "bytes", "sha256", "git_blob", "downloaded"}; "url" is where the bytes came from (the
     mirror's, when one is given), or would have, when "downloaded" is False. `timeout` bounds each
-    socket operation (connect, one read), not the whole download: a slow but steady transfer goes on."""
+    socket operation (connect, one read), not the whole download: a slow but steady transfer goes on.
+    `trust_existing=False`: with no checksum given, an existing `dest` is another file (an older
+    pin's), replaced once the new download is complete."""
     dest = Path(dest)
     part = dest.with_name(dest.name + ".part")
     src_url, local = url, local_path(url) if url.startswith("file:") else None
@@ -304,10 +354,10 @@ def fetch(
         else:
             src_url = None
 
-    if dest.is_file():  # a verified file needs no source: a re-run works with the mirror gone
-        d = file_digests(dest)
+    if dest.is_file() and (trust_existing or git_blob is not None or sha256 is not None):
+        d = file_digests(dest)  # a verified file needs no source: a re-run works with the mirror gone
         if _mismatch(d, size, git_blob, sha256) is None:
-            dest.with_name(dest.name + ".part").unlink(missing_ok=True)
+            _drop_part(part)
             return {"url": src_url, **d, "downloaded": False}
     if src_url is None:
         raise DownloadError(f"mirror {mirror}: no such folder" if local is not None
@@ -321,6 +371,7 @@ def fetch(
         try:
             for last_try in (False, True):
                 if local is not None:
+                    _drop_part(part)
                     _copy_local(local, part, bar, "mirror file" if mirror is not None else "file")
                     resumed = False
                 else:
@@ -330,13 +381,14 @@ def fetch(
                 bad = _mismatch(d, size, git_blob, sha256)
                 if bad is None:
                     break
-                part.unlink()
+                _drop_part(part)
                 if last_try or not resumed:
                     raise DownloadError(f"{src_url}: {bad}; not saved")
                 # else: the head of the file came from a .part that may have been stale; once more from 0
             with open(part, "r+b") as f:
                 os.fsync(f.fileno())  # the bytes are on disk before the name points at them
             os.replace(part, dest)
+            _source(part).unlink(missing_ok=True)
         except OSError as e:  # the local side: a full disk, a folder we may not write
             raise DownloadError(f"{dest}: {_reason(e)}") from None
     return {"url": src_url, **d, "downloaded": True}

@@ -1,7 +1,8 @@
 """What a pretraining run reads: its phases, each a shards folder with its reader, batch plan, row
 length and fixed shapes. The first phase is --shards; BERT's second phase (--long-shards, the last
 --long-phase of the budget) reads longer instances of the same corpus with the same tokens per step.
-Also the checks a long-shards folder must pass and the corpus record the model card lists."""
+Also the checks a long-shards folder must pass, the corpus record the model card lists, and the copy
+of the trained positions into the long phase's new ones (--long-init copy)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,10 @@ def long_shards_manifest(cfg: PretrainConfig, sm: dict) -> dict:
         raise InputError(f"{where}: max_seq_len {lm['config']['max_seq_len']} is not longer than --shards' {sm['config']['max_seq_len']}")
     if not 0 < cfg.long_phase < 1:
         raise InputError(f"--long-phase must be in (0, 1), got {cfg.long_phase}")
+    if not 0 <= cfg.long_warmup < 1:
+        raise InputError(f"--long-warmup must be in [0, 1) (a share of the long phase), got {cfg.long_warmup}")
+    if cfg.long_lr < 0:
+        raise InputError(f"--long-lr must be >= 0 (0: --lr), got {cfg.long_lr}")
     if cfg.max_steps > 0 and long_phase_steps(cfg.max_steps, cfg.long_phase) == 0:
         raise InputError(f"--long-phase {cfg.long_phase} of --max-steps {cfg.max_steps} is less than one step: the long phase would never start")
     if not cfg.long_other_inputs and input_ids(lm) != input_ids(sm):
@@ -123,3 +128,26 @@ def build_phases(cfg: PretrainConfig, readers: list[tuple], parts: int, fixed: b
         counts = fixed_counts(plan, reader.mask_config.mask_prob, parts) if fixed else None
         phases.append(Phase(reader, plan, max_len, counts))
     return phases
+
+
+def tile_positions(model, short_len: int, long_len: int) -> None:
+    """--long-init copy, at the switch: position rows short_len..long_len-1 become the trained rows 0..short_len-1,
+    tiled (row i gets row i % short_len), as Longformer started its new positions. Rows below short_len, and so
+    any input of at most short_len tokens, are unchanged."""
+    import torch
+
+    rows = model.bert.embeddings.position_embeddings.weight
+    with torch.no_grad():
+        for start in range(short_len, min(long_len, rows.shape[0]), short_len):
+            n = min(short_len, long_len - start, rows.shape[0] - start)
+            rows[start:start + n] = rows[:n]
+
+
+def long_phase_record(cfg: PretrainConfig, short_len: int, lr_at_switch: float | None) -> dict:
+    """What final/manifest.json and the card say of the long phase's settings (`lr_at_switch`: the shared
+    schedule's lr where the phase began, None if it has not)."""
+    if cfg.long_schedule == "own":
+        lr = {"warmup": cfg.long_warmup, "peak_lr": cfg.long_lr or cfg.lr}
+    else:
+        lr = {} if lr_at_switch is None else {"lr_at_switch": lr_at_switch}
+    return {"schedule": cfg.long_schedule, **lr, "positions": cfg.long_init, "short_len": short_len}

@@ -7,7 +7,10 @@ Its folder is a standard fast tokenizer: `tokenizer.json` holds the whole pipeli
     normalizer      NFC (offsets index the user's string; on text that is not NFC, a span can end inside
                     a decomposed syllable: huggingface/tokenizers#1201. korbert's stages pass NFC text)
     pre-tokenizer   words at whitespace, then a "▁" before each (Metaspace): pieces never cross a space, and
-                    a word's offsets never hold one
+                    a word's offsets never hold one; then each character the vocabulary lacks stands alone
+                    (a Split on a class of every other character), so its byte-fallback tokens carry its own
+                    span, not a whole run's (SentencePiece merges a run of unknown characters into one).
+                    No piece holds such a character, so the ids are SentencePiece's either way
     model           the SentencePiece Unigram (or BPE) model, byte fallback for unknown characters
     post-processor  [CLS] A [SEP] / [CLS] A [SEP] B [SEP], token types 0/1
     decoder         "▁" -> space, bytes -> characters, the leading space dropped
@@ -24,7 +27,8 @@ import re
 from pathlib import Path
 
 KIND_KEY = "korbert_kind"  # in tokenizer_config.json: "plain" for this kind (absent otherwise)
-VERSION = 1  # the sentence splitter and the pipeline below: in tokenizer_config.json, so in the fingerprint
+VERSION = 2  # the sentence splitter and the pipeline below: in tokenizer_config.json, so in the fingerprint
+# (2: unknown characters isolated, so byte-fallback offsets are per character)
 _SENTENCE_END = re.compile(r"[.!?…。]+[\"'”’)\]]*(?:\s+|$)|\n+")
 
 
@@ -65,16 +69,18 @@ def sentences(text: str) -> list[str]:
 def save_plain(spm_model: bytes, model_type: str, out: str | Path):
     """Write a plain tokenizer folder (tokenizer.json, tokenizer_config.json, special_tokens_map.json)
     from a SentencePiece model trained by `corpus_tools.vocab` with --kind plain; -> the tokenizer."""
-    from tokenizers import decoders, normalizers, pre_tokenizers
+    from tokenizers import Regex, decoders, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     from korbert.tokenizer import spm_backend  # (imports no Kiwi)
 
     backend = spm_backend(spm_model, model_type)
     backend.normalizer = normalizers.NFC()
-    # words at whitespace (their offsets hold no space), then "▁" before each, as SentencePiece trained
+    # words at whitespace (their offsets hold no space), then "▁" before each, as SentencePiece trained;
+    # then every character no piece holds on its own (after the "▁": it must not get one of its own)
     backend.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=False)])
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=False),
+        pre_tokenizers.Split(Regex(unknown_characters(spm_model)), behavior="isolated")])
     backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
     tok = PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
@@ -83,3 +89,20 @@ def save_plain(spm_model: bytes, model_type: str, out: str | Path):
     )
     tok.save_pretrained(str(out))
     return tok
+
+
+def unknown_characters(spm_model: bytes) -> str:
+    """A regex (Oniguruma, as tokenizers compiles it) matching one character that no normal piece of
+    the model holds: byte fallback encodes it. Code-point ranges, so the class stays short."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_proto=spm_model)
+    special = (sp.is_unknown, sp.is_control, sp.is_unused, sp.is_byte)
+    known = sorted({ord(c) for i in range(sp.get_piece_size()) if not any(f(i) for f in special) for c in sp.id_to_piece(i)})
+    ranges: list[list[int]] = []
+    for cp in known:
+        if ranges and cp == ranges[-1][1] + 1:
+            ranges[-1][1] = cp
+        else:
+            ranges.append([cp, cp])
+    return "[^" + "".join(f"\\x{{{a:X}}}" + (f"-\\x{{{b:X}}}" if b > a else "") for a, b in ranges) + "]"

@@ -16,9 +16,10 @@ The out folder holds (written atomically):
 The shape of `Trainer`: setup (__init__: shards, model, optimizer, data, resume) -> `train()`, a
 loop of `step()` (one optimizer step) and `interval()` (log, held-out eval, checkpoint) -> `export()`.
 Its helpers live beside it: korbert/pretrain_config.py (the settings), korbert/phases.py (the shards
-it reads: the phases, BERT's long second phase), korbert/schedule.py (lr, when the long phase runs),
-korbert/runtime.py (precision, peak FLOP/s, compile count, OOM message), korbert/checkpoint.py (run
-key, RNG states, log trim, final/ export), korbert/heldout.py (held-out eval).
+it reads: the phases, BERT's long second phase, its copied positions), korbert/schedule.py (lr, the
+long phase's own schedule, when it runs), korbert/runtime.py (precision, peak FLOP/s, DDP and compile,
+OOM message), korbert/checkpoint.py (run key, resume checks, RNG states, log trim, final/ export),
+korbert/pretrain_model.py (the model and optimizer), korbert/heldout.py (held-out eval).
 
 Every global batch (see korbert/data.py) is one optimizer step; the losses are normalized by the
 global number of predicted tokens / pairs, so 1 process with batch 2b and 2 processes with batch b
@@ -36,7 +37,6 @@ import contextlib
 import io
 import json
 import math
-import shutil
 import sys
 import dataclasses
 import time
@@ -45,16 +45,18 @@ from pathlib import Path
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, machine, read_manifest
 from corpus_tools.text import InputError
-from korbert.checkpoint import export, init_source, load_init_weights, model_config, rng_state, run_budget, run_key, set_rng_state, truncate_log
+from korbert.checkpoint import (
+    export, init_source, load_checkpoint, model_config, rng_state, run_budget, run_key, set_rng_state, truncate_log,
+)
 from korbert.distributed import AgreedClock, Dist, default_workers
 from korbert.heldout import MODEL_INPUTS, evaluate
 from korbert.runtime import PROFILE_STEPS, compiled_graphs, oom_guard, peak_flops, resolve_precision, start_profile, write_profile
-from korbert.phases import Phase, build_phases, corpus_record, long_shards_manifest, open_readers
+from korbert.phases import Phase, build_phases, corpus_record, long_phase_record, long_shards_manifest, open_readers, tile_positions
 from korbert.plain import tokenizer_kind
+from korbert.pretrain_model import UNTRAINED_WITHOUT_NSP, build_model
 from korbert.pretrain_config import PretrainConfig
-from korbert.schedule import long_phase_due, lr_at
+from korbert.schedule import long_phase_due, lr_for, progress as budget_progress
 
-UNTRAINED_WITHOUT_NSP = ("bert.pooler.", "cls.seq_relationship.")  # --objective mlm: exported as initialized
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,11 +125,12 @@ class Trainer:
         train, valid, long_train, long_valid = open_readers(cfg, sm, self.long_manifest, dist)
 
         # -- resume or start
-        state = self._load_checkpoint()
+        state = load_checkpoint(cfg, out, key, lambda: self._key_with(compile=not cfg.compile), dist)
         self.max_len = sm["config"]["max_seq_len"]
         self.long_len = self.long_manifest["config"]["max_seq_len"] if self.long_manifest else 0
         self.mcfg = mcfg = model_config(cfg, state, self.init, self.id_map is not None, len(tok), max(self.max_len, self.long_len))
-        self._build_model(state)
+        self.model, self.wrapped, self.opt = build_model(
+            cfg, self.mcfg, state, self.init, self.tok, self.id_map, self.precision, self.nsp, self.fixed, dist, dev)
         from korbert.model import attention_path
 
         # checked now (a path this machine cannot run, or attention dropout without sdpa: one line, before training)
@@ -147,6 +150,10 @@ class Trainer:
         self._build_data(train, valid, long_train, long_valid)
         self.in_long = self._long_phase_due()
         self.long_from = (self.step_no if long_from is None else long_from) if self.in_long else None  # where this stretch of it began
+        self.long_start = where.get("long_start") if self.in_long and long_from is not None else None  # its share of the budget
+        self.positions_copied = where.get("positions_copied", False)  # --long-init copy: done once per run
+        if self.in_long and self.long_start is None:  # resumed at the switch: the long phase begins here
+            self._enter_long()
         if state is not None:
             if self.init is not None:
                 self.init["fresh"] = state["state"].get("init_fresh", [])
@@ -196,97 +203,6 @@ class Trainer:
             self.init["weights_sha256"] if self.init else "",
         )
 
-    def _load_checkpoint(self) -> dict | None:
-        import torch
-
-        cfg, dist = self.cfg, self.dist
-        state, force = None, cfg.force
-        if self.ckpt_path.exists() and not force:
-            state = torch.load(self.ckpt_path, map_location="cpu", weights_only=False)
-            written_by = state["state"].get("world", 1)
-            foreign = state["state"]["run_key"] != self.key
-            if foreign and cfg.replace:
-                if dist.main:
-                    print(f"{self.ckpt_path}: a run with other settings; starting over")
-                state, force = None, True
-            elif not cfg.resume:
-                raise InputError(f"{self.ckpt_path} exists: pass --resume to continue it or --force to start over")
-            elif written_by != dist.world:
-                raise InputError(
-                    f"{self.ckpt_path} was written by {written_by} process(es) and this run has {dist.world}: resume it with "
-                    f"the same number (torchrun --nproc_per_node {written_by}), since each rank's data and dropout stream "
-                    f"continue from where they stopped; or pass --force to start over"
-                )
-            elif foreign and state["state"]["run_key"] == self._key_with(compile=not cfg.compile):
-                why = "--compile cuts the batches of a --tokens-per-batch run without --pack otherwise (lengths rounded to buckets)"
-                if "bucketed" not in state["state"]:  # written before the key held it: either way is possible
-                    raise InputError(f"{self.ckpt_path} does not say whether it was trained with --compile ({why}): pass --force to start over")
-                was = "with" if state["state"]["bucketed"] else "without"
-                raise InputError(f"{self.ckpt_path} was trained {was} --compile ({why}): resume it {was} --compile, or pass --force to start over")
-            elif foreign:
-                raise InputError(f"{self.ckpt_path} belongs to another run (other shards or settings); pass --force to start over")
-        if force and dist.main:
-            for p in (self.ckpt_path, self.log_path, self.out / "config.json"):
-                p.unlink(missing_ok=True)
-            shutil.rmtree(self.final, ignore_errors=True)
-        dist.barrier()
-        if state is not None and isinstance(state["rng"], dict):  # written before per-rank RNG states
-            state["rng"] = [state["rng"]]
-        return state
-
-    def _build_model(self, state: dict | None) -> None:
-        import torch
-
-        from korbert.model import KorBertForPreTraining, bf16_residual_stream
-
-        cfg, dev = self.cfg, self.dev
-        torch.manual_seed(cfg.seed)
-        model = KorBertForPreTraining(self.mcfg)
-        model.attention = cfg.attention
-        if self.precision == "bf16-stream":
-            bf16_residual_stream(model)
-        if state is None and self.init is not None:  # every weight the folder has; its missing heads start fresh (seeded)
-            self.init["fresh"] = load_init_weights(model, self.init["folder"])
-            if self.id_map is not None:  # its vocabulary rows in the shards' order (the export moves them back)
-                from korbert.foreign import own_ids, reorder_vocab
-
-                reorder_vocab(model, own_ids(self.tok, self.mcfg.vocab_size))
-        if not self.nsp:  # MLM only: the pooler and the NSP head get no gradient and stay as initialized
-            for n, p in model.named_parameters():
-                if n.startswith(UNTRAINED_WITHOUT_NSP):
-                    p.requires_grad_(False)
-        params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        decay = [p for n, p in params if p.dim() >= 2 and "LayerNorm" not in n]
-        no_decay = [p for n, p in params if not (p.dim() >= 2 and "LayerNorm" not in n)]
-        model.to(dev)
-        opt = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6, fused=self.cuda or None,
-        )
-        if state is not None:
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["optimizer"])
-        if self.cuda:
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-        wrapped = model
-        if self.dist.world > 1:
-            wrapped = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if self.cuda else None)
-        mode = None if cfg.compile_mode == "default" else cfg.compile_mode
-        if cfg.compile and self.fixed:  # one shape: one graph, whole (DDP splits it at its buckets)
-            import torch._dynamo
-
-            # a micro-batch that outgrows the fixed counts (rare), and the long phase, add a shape each
-            torch._dynamo.config.recompile_limit = max(16, torch._dynamo.config.recompile_limit)
-            wrapped = torch.compile(wrapped, fullgraph=self.dist.world == 1, dynamic=False, mode=mode)
-        elif cfg.compile:
-            import torch._dynamo
-
-            # rows x length come in a few buckets (korbert.data) and the index lists are marked dynamic
-            torch._dynamo.config.recompile_limit = max(32, torch._dynamo.config.recompile_limit)
-            wrapped = torch.compile(wrapped, mode=mode)
-        self.model, self.wrapped, self.opt = model, wrapped, opt
-
     def _build_data(self, train, valid, long_train, long_valid) -> None:
         """The phases (korbert.phases), the loader workers and the held-out sets."""
         from korbert.data import eval_batches
@@ -329,6 +245,14 @@ class Trainer:
             generator=torch.Generator(),  # keeps the loader from drawing on the global RNG (exact resume)
         )
 
+    def _enter_long(self) -> None:
+        """The long phase begins (or a resume lands on its first step): an own schedule counts from this share
+        of the budget; --long-init copy tiles the trained positions into the new ones, once per run."""
+        self.long_start = self.progress()
+        if self.cfg.long_init == "copy" and not self.positions_copied:
+            tile_positions(self.model, self.max_len, self.long_len)
+            self.positions_copied = True
+
     def _long_phase_due(self) -> bool:
         """Whether this step is in the long phase (korbert.schedule.long_phase_due; the same on every
         rank: steps, tokens and the agreed clock)."""
@@ -336,14 +260,7 @@ class Trainer:
 
     # -- the loop
     def progress(self) -> float:
-        cfg, fr = self.cfg, []
-        if cfg.max_steps > 0:
-            fr.append(self.step_no / cfg.max_steps)
-        if cfg.max_tokens > 0:
-            fr.append(self.tokens / cfg.max_tokens)
-        if cfg.max_minutes > 0:
-            fr.append(self.seconds / 60 / cfg.max_minutes)
-        return max(fr)
+        return budget_progress(self.cfg, self.step_no, self.tokens, self.seconds)
 
     def autocast(self):
         import torch
@@ -393,7 +310,7 @@ class Trainer:
         progress = self.progress()
         if self.cfg.warmup >= 1 and not self.steps_hint and self.warm_end is None and self.step_no >= self.cfg.warmup:
             self.warm_end = progress  # warmup ends here: the decay runs from this share of the budget
-        self.lr = lr_at(self.step_no, progress, self.cfg, self.steps_hint, self.warm_end)
+        self.lr = lr_for(self.step_no, progress, self.cfg, self.steps_hint, self.warm_end, self.long_start if self.in_long else None)
         for g in self.opt.param_groups:
             g["lr"] = self.lr
         self.gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_grad) if self.cfg.clip_grad > 0 else None
@@ -484,6 +401,7 @@ class Trainer:
         state = {
             "step": self.step_no, "tokens": self.tokens, "seconds": self.seconds, "run_key": self.key, "warm_end": self.warm_end,
             "long_from": self.long_from, "phase_pos": self.pos, "bucketed": self.phases[0].plan.buckets,
+            "long_start": self.long_start, "positions_copied": self.positions_copied,
             "model_config": self.mcfg.to_dict(), "world": self.dist.world,
             **({"init_fresh": self.init["fresh"]} if self.init else {}),
         }
@@ -530,6 +448,7 @@ class Trainer:
                         prof, t_prof = start_profile(self.cuda), time.time()
                     if not self.in_long and self._long_phase_due():
                         self.in_long, self.long_from = True, self.step_no
+                        self._enter_long()
                         del it  # the short phase's workers stop
                         it = iter(self._loader())
                         if dist.main:
@@ -573,7 +492,9 @@ class Trainer:
             "model_config": {**self.mcfg.to_dict(), **({"pad_token_id": self.tok.pad_token_id} if self.id_map is not None else {})},
             # the longest sequence pretraining trained (positions past it are as initialized): fine-tuning checks it
             "trained_seq_len": max(self.long_len if self.pos[1] else self.max_len, self.init["trained_seq_len"] if self.init else 0),
-            **({"long_shards_key": self.long_manifest["key"], "long_from_step": self.long_from, "long_steps": self.pos[1]} if self.long_manifest else {}),
+            **({"long_shards_key": self.long_manifest["key"], "long_from_step": self.long_from, "long_steps": self.pos[1],
+                "long_phase": long_phase_record(cfg, self.max_len, None if self.long_start is None else lr_for(
+                    self.long_from, self.long_start, cfg, self.steps_hint, self.warm_end, None))} if self.long_manifest else {}),
             **({} if self.nsp else {"untrained": [f"{p}*" for p in UNTRAINED_WITHOUT_NSP]}),
             **({"init_from": {k: self.init[k] for k in ("folder", "weights_sha256", "fresh")}} if self.init else {}),
             "corpus": corpus_record(sm),  # what the model card says it was trained on

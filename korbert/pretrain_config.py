@@ -33,6 +33,17 @@ class PretrainConfig:
     )
     long_phase: float = C.field(0.1, "with --long-shards: the share of the budget (steps, tokens or minutes) trained on them, at its end")
     long_other_inputs: bool = C.field(False, "accept --long-shards built from other input files than --shards (refused by default)")
+    long_schedule: str = C.field(
+        "shared", "with --long-shards: shared: one warmup and decay over the whole budget (the long phase trains at its tail); "
+        "own: the short phase decays to 0 at the switch and the long phase has its own warmup (--long-warmup) and decay to 0 "
+        "from --long-lr (NVIDIA's BERT phase 2)", choices=["shared", "own"],
+    )
+    long_warmup: float = C.field(0.1, "with --long-schedule own: the share of the long phase spent warming up to --long-lr")
+    long_lr: float = C.field(0.0, "with --long-schedule own: the long phase's peak learning rate (0: --lr)")
+    long_init: str = C.field(
+        "keep", "with --long-shards: keep: positions past the short shards' length start the long phase as initialized; "
+        "copy: at the switch they become copies of the trained ones, tiled (Longformer), once", choices=["keep", "copy"],
+    )
     objective: str = C.field(
         "mlm+nsp", "mlm+nsp: BERT's two losses; mlm: masked LM only (RoBERTa, Cramming), the pooler and NSP head are "
         "exported untrained (shards made with --no-nsp need it)", choices=["mlm+nsp", "mlm"],

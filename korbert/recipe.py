@@ -124,15 +124,16 @@ class RecipeConfig:
     preset: str = C.field("demo", "what to run: demo (the embedded sample, minutes), cpu (the data folder, hours), gpu-small, gpu-base", choices=list(PRESETS))
     out: str = C.field("", "run folder (default: runs/<preset>)")
     data: str = C.field(
-        "", "the data folder the cpu and gpu presets read (default: $KORBERT_DATA, else this checkout's ../shared/data, else "
-        "~/.cache/korbert/data); `korbert data get all --out DIR` fills one. With korquad/KorQuAD_v1.0_train.json in it, "
+        "", "the data folder the cpu and gpu presets read (default: $KORBERT_DATA, else ~/.cache/korbert/data);"
+        " `korbert data get all --out DIR` fills one. With korquad/KorQuAD_v1.0_train.json in it, "
         "KorQuAD runs the official protocol",
     )
     corpus: list[str] = C.field([], "pretraining text: files, folders or globs (.txt/.jsonl[.gz]; default: the preset's)")
     nsmc_train: str = C.field("", "NSMC-format training file (default: the preset's)")
     nsmc_test: str = C.field("", "NSMC-format test file")
     korquad_dev: str = C.field("", "KorQuAD 1.0 dev JSON (split by article unless --korquad-train is given)")
-    korquad_train: str = C.field("", "KorQuAD 1.0 train JSON: the official protocol (train on it, score all of dev)")
+    korquad_train: str = C.field("", "KorQuAD 1.0 train JSON: train on it, score all of dev (the official protocol when both are "
+                                 "KorQuAD's own files, else a custom train file)")
     compare: list[str] = C.field(
         [], "other model folders (a korbert final/ or any local transformers BERT/ELECTRA/RoBERTa folder with its "
         "tokenizer) fine-tuned with the same settings and seed, each a row of the results table",
@@ -150,7 +151,8 @@ class RecipeConfig:
     force: bool = C.field(False, "redo every stage")
     workers: int = C.field(0, "build the shards on a local Dask cluster of this many worker processes (korbert shards --workers; 0: one process)")
     preprocess_only: bool = C.field(False, "build the vocabulary and the shards, then stop: run this first, then launch the training with torchrun")
-    strict: bool = C.field(False, "refuse a corpus holding evaluation text (NSMC test reviews, text copied from a KorQuAD context) instead of counting it")
+    strict: bool = C.field(False, "refuse a corpus holding evaluation text (NSMC test reviews, text copied from a KorQuAD context) instead of leaving those documents out")
+    keep_eval_text: bool = C.field(False, "pretrain on the corpus documents that hold evaluation text (counted; the report says so) instead of leaving them out of the vocabulary and the shards")
 
 
 def data_paths(cfg: RecipeConfig) -> tuple[Path | None, dict]:
@@ -248,10 +250,11 @@ def stage_configs(cfg: RecipeConfig) -> dict:
         start = open_init_folder(cfg.init_from)  # checked now, not after the shards
     classes = {"vocab": VocabConfig, "shards": ShardsConfig, "shards_long": ShardsConfig, "pretrain": PretrainConfig, "nsmc": NsmcConfig, "korquad": KorquadConfig, "baseline": BaselineConfig}
     final = str(out / "pretrain" / "final")
-    # the shards count the corpus documents that hold the scored evaluation text (--strict: refused)
-    guard = dict(eval_nsmc_test=nsmc_test, eval_korquad=korquad_dev, eval_strict=cfg.strict)
+    # the corpus documents that hold the scored evaluation text: left out of the vocabulary and the shards, and counted
+    # (--keep-eval-text: kept and counted; --strict: refused)
+    guard = dict(eval_nsmc_test=nsmc_test, eval_korquad=korquad_dev, eval_strict=cfg.strict, keep_eval_text=cfg.keep_eval_text)
     base = {
-        "vocab": dict(inputs=corpus, out=str(out / "vocab"), show=0),
+        "vocab": dict(inputs=corpus, out=str(out / "vocab"), show=0, **guard),
         "shards": dict(tokenizer=str(out / "vocab"), inputs=corpus, out=str(out / "shards"), show=0, replace=True, workers=cfg.workers, **guard),
         "shards_long": dict(tokenizer=str(out / "vocab"), inputs=corpus, out=str(out / "shards-long"), show=0, replace=True, workers=cfg.workers, **guard),
         "pretrain": dict(shards=str(out / "shards"), out=str(out / "pretrain"), replace=True),
@@ -476,13 +479,14 @@ def main(cfg: RecipeConfig) -> dict:
     from korbert.card import write_card  # the model card again, now with the results
 
     nsmc, korquad = results["nsmc"], results["korquad"]
-    protocol = "dev split by article" if korquad["protocol"]["name"] == "dev-split" else "official protocol, all of dev"
+    kq = report["finetuning"]["korquad"]["protocol"]["name"]  # "official" only for KorQuAD's own two files
+    protocol = {"dev-split": "dev split by article", "official": "official protocol, all of dev"}.get(kq, f"{kq}, all of dev")
     datasets = {
         "nsmc": f"{report['finetuning']['nsmc']['protocol']} ({Path(nsmc['data']['test']['path']).name}: {nsmc['n']['test']:,} test reviews)",
         "korquad": f"KorQuAD 1.0 ({protocol}: {korquad['n']['scored_questions']:,} scored questions)",
     }
     notes = [f"Fine-tuned and scored by `korbert run --preset {cfg.preset}` (its report: {out / 'report.md'})."]
-    card = write_card(final, report["table"], notes, datasets=datasets)
+    card = write_card(final, report["table"], notes, datasets=datasets, finetuning={"nsmc": nsmc, "korquad": korquad})
     print(f"model card: {card}")
     print(f"\n{(out / 'report.md').read_text(encoding='utf-8')}")
     return report

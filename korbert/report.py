@@ -8,6 +8,7 @@ from pathlib import Path
 
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, machine
+from corpus_tools.guard import KINDS, policy
 from korbert.card import long_steps_text
 from korbert.data_get import NSMC_NAMES, nsmc_protocol
 from korbert.table import pct, render_table, result_row
@@ -109,6 +110,7 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict | None, sm: 
             }),
             "tokenizer_hash": sm["tokenizer_hash"],
             "eval_text": sm["counts"].get("eval_text", {}), "eval_text_first_at": sm["counts"].get("eval_text_first_at", {}),
+            "eval_text_by_file": sm["counts"].get("eval_text_by_file", {}), "eval_text_policy": policy(sm["config"].get("keep_eval_text", True)),
             "train_instances": tr["instances"], "train_tokens": tr["tokens"], "valid_instances": sm["counts"]["valid"]["instances"],
             "isnext_share": tr.get("isnext_share"), "masking": tr.get("masking"),
         },
@@ -128,13 +130,23 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict | None, sm: 
         },
         "finetuning": {
             "nsmc": {"protocol": NSMC_NAMES[nsmc_protocol(cfgs["nsmc"].train, cfgs["nsmc"].test)], "n": pr["nsmc"]["n"], "epochs": cfgs["nsmc"].epochs, "lr": cfgs["nsmc"].lr, "examples_per_s": pr["nsmc"]["examples_per_s"], "full_test": pr["nsmc"]["full_test"]},
-            "korquad": {"n": pr["korquad"]["n"], "epochs": cfgs["korquad"].epochs, "lr": cfgs["korquad"].lr, "examples_per_s": pr["korquad"]["examples_per_s"], "protocol": pr["korquad"].get("protocol")},
+            "korquad": {"n": pr["korquad"]["n"], "epochs": cfgs["korquad"].epochs, "lr": cfgs["korquad"].lr, "examples_per_s": pr["korquad"]["examples_per_s"], "protocol": _korquad_protocol(pr["korquad"].get("protocol"), cfgs["korquad"])},
         },
         "table": rows, "plots": plots, "config": {"recipe": C.to_dict(cfg)},
     }
     atomic_write_json(out / "report.json", report)
     atomic_write_bytes(out / "report.md", render(report).encode("utf-8"))
     return report
+
+
+def _korquad_protocol(p, cfg):
+    """The run's protocol, with a train file named by the two files' content ("official" or "custom
+    train file"): a result fine-tuned before that check said "official" for any train file."""
+    if isinstance(p, dict) and p.get("name") != "dev-split" and cfg.train_file:
+        from evals.data import korquad_protocol
+
+        return {**p, "name": korquad_protocol(cfg.train_file, cfg.dev_file)}
+    return p
 
 
 def _protocol(p) -> str:
@@ -144,15 +156,23 @@ def _protocol(p) -> str:
 
 
 def _eval_text_line(c: dict) -> str:
-    """What of the scored evaluation text the corpus holds (the shards counted it; --strict refuses it)."""
+    """What of the scored evaluation text the corpus holds, and what became of it (the shards' counts:
+    left out of the vocabulary's sample and the shards by default, pretrained on with --keep-eval-text)."""
     if "eval_text" not in c:
         return ""
     if not c["eval_text"]:
-        return "Evaluation text in the corpus: none found (NSMC test reviews by letters and digits; 48-character runs of KorQuAD contexts)."
-    names = {"nsmc_test_review": "documents equal to an NSMC test review (letters and digits alone)",
-             "korquad_context": "documents sharing a 48-character run with a KorQuAD context"}
-    found = "; ".join(f"{n:,} {names.get(k, k)} (first: {c['eval_text_first_at'].get(k)})" for k, n in c["eval_text"].items())
-    return f"**Evaluation text in the corpus**: {found}. They were pretrained on; `--strict` refuses such a corpus."
+        return ("Evaluation text in the corpus: none found (no document equal to an NSMC test review by letters and digits, "
+                "none sharing a 48-character run with a KorQuAD context), so nothing was left out.")
+    found = "; ".join(f"{n:,} {KINDS.get(k, k)} (first: {c['eval_text_first_at'].get(k)})" for k, n in c["eval_text"].items())
+    short = {"nsmc_test_review": "NSMC test reviews", "korquad_context": "KorQuAD context runs"}
+    by_file = "; ".join(f"{Path(f).name}: " + ", ".join(f"{n:,} {short.get(k, k)}" for k, n in kinds.items())
+                        for f, kinds in c.get("eval_text_by_file", {}).items())
+    by_file = f" By file: {by_file}." if by_file else ""
+    if c.get("eval_text_policy") == "keep":
+        return (f"**Evaluation text in the corpus**: {found}.{by_file} **They were pretrained on** (`--keep-eval-text`; "
+                "without it they are left out, and `--strict` refuses such a corpus).")
+    return (f"Evaluation text left out of pretraining: {found}.{by_file} Neither the vocabulary's sample nor the shards hold them "
+            "(`--keep-eval-text` keeps them; `--strict` refuses such a corpus).")
 
 
 def _long_phase_lines(lp: dict | None) -> list[str]:

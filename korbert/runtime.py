@@ -1,6 +1,7 @@
 """What the hardware and torch give a pretraining run: the precision it trains in (bf16 where the
 device multiplies it natively), the device's bf16 peak (for MFU), torch.compile's graph count, the
-message for running out of GPU memory, and `--profile`: where a few steps' device time goes."""
+message for running out of GPU memory, the model wrapped for the loop (DDP, torch.compile), and
+`--profile`: where a few steps' device time goes."""
 
 from __future__ import annotations
 
@@ -46,6 +47,31 @@ def oom_guard(cfg: PretrainConfig):
             f"out of GPU memory with {batch}, --grad-accum {cfg.grad_accum} and --model-size {cfg.model_size}: raise "
             f"--grad-accum (same global batch, smaller micro-batches), lower the batch, or pick a smaller --model-size"
         ) from None
+
+
+def wrap_for_training(model, cfg: PretrainConfig, fixed: bool, dist, dev):
+    """The module the loop calls: the model, under DistributedDataParallel with several ranks, and
+    torch.compile'd with --compile (one whole graph under fixed shapes on one rank; DDP splits it at its
+    buckets; else a few graphs for the bucketed shapes)."""
+    import torch
+
+    wrapped = model
+    if dist.world > 1:
+        wrapped = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    mode = None if cfg.compile_mode == "default" else cfg.compile_mode
+    if cfg.compile and fixed:
+        import torch._dynamo
+
+        # a micro-batch that outgrows the fixed counts (rare), and the long phase, add a shape each
+        torch._dynamo.config.recompile_limit = max(16, torch._dynamo.config.recompile_limit)
+        wrapped = torch.compile(wrapped, fullgraph=dist.world == 1, dynamic=False, mode=mode)
+    elif cfg.compile:
+        import torch._dynamo
+
+        # rows x length come in a few buckets (korbert.data) and the index lists are marked dynamic
+        torch._dynamo.config.recompile_limit = max(32, torch._dynamo.config.recompile_limit)
+        wrapped = torch.compile(wrapped, mode=mode)
+    return wrapped
 
 
 def compiled_graphs() -> int:

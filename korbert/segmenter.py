@@ -62,6 +62,15 @@ class Segmenter:
         self._special: tuple[tuple[str, ...], re.Pattern | None] = ((), None)
         self.vectorized = True  # False: `pipeline` sends every text the per-word way (the tests' reference)
 
+    def __getstate__(self) -> dict:
+        # the options and the known characters (sorted: the same bytes in every process, which
+        # `datasets` hashes); the lookup tables are rebuilt on first use
+        return {"kiwi_options": self.kiwi_options, "known": sorted(self.known), "vectorized": self.vectorized}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["kiwi_options"], frozenset(state["known"]))
+        self.vectorized = state["vectorized"]
+
     def _char_tables(self) -> tuple[np.ndarray, np.ndarray]:
         """Boolean tables over all code points: whitespace (str.isspace), and the known chars."""
         global _WS_TABLE

@@ -99,8 +99,18 @@ class KorBertTokenizer(CachedEncoding, TokenizersBackend):
         # Characters that need no isolation: single-char pieces, plus whitespace (it becomes "▁").
         known = frozenset(p for p in vocab if len(p) == 1 and p not in SPECIAL_TOKENS) | SPACES
         self._segmenter = Segmenter(self.kiwi_options, known)
-        self._piece_cache: PieceCache | None = None
-        self._tokenizer.pre_tokenizer = PreTokenizer.custom(KiwiPreTokenizer(self._segmenter))
+        self.__dict__["_backend"] = _Backend(self._tokenizer, self._segmenter)  # attaches the Kiwi step
+
+    # The backend lives in a `_Backend` holder, which pickles where a backend with a Python
+    # pre-tokenizer cannot; transformers' code reads and sets `self._tokenizer` as usual.
+    @property
+    def _tokenizer(self) -> Tokenizer | None:
+        holder = self.__dict__.get("_backend")
+        return None if holder is None else holder.tokenizer
+
+    @_tokenizer.setter
+    def _tokenizer(self, backend: Tokenizer) -> None:
+        self.__dict__["_backend"] = _Backend(backend, self.__dict__.get("_segmenter"))
 
     # -- construction --------------------------------------------------------------------------
 
@@ -114,7 +124,13 @@ class KorBertTokenizer(CachedEncoding, TokenizersBackend):
         if named not in (None, "KorBertTokenizer"):  # e.g. the plain kind: its own pre-tokenizer, not Kiwi's
             raise ValueError(f"{folder}: a {named} folder, not a korbert (Kiwi) tokenizer: load it with AutoTokenizer")
         kwargs.setdefault("local_files_only", True)
-        return super().from_pretrained(str(folder), *args, **kwargs)
+        if "model_max_length" not in kwargs and _saved_max_length(folder) is None:
+            length = folder_max_length(folder)  # a model folder exported before korbert wrote its length
+            if length is not None:
+                kwargs["model_max_length"] = length
+        tok = super().from_pretrained(str(folder), *args, **kwargs)
+        _warn_other_kiwi(folder)
+        return tok
 
     @classmethod
     def convert_to_native_format(cls, trust_remote_code=False, **kwargs):
@@ -209,9 +225,10 @@ class KorBertTokenizer(CachedEncoding, TokenizersBackend):
     def _word_cache(self) -> "PieceCache":
         """The word cache for the backend's current vocabulary and added tokens."""
         key = (self._tokenizer.get_vocab_size(with_added_tokens=True), repr(self._tokenizer.get_added_tokens_decoder()))
-        cache = self._piece_cache
+        holder = self._backend
+        cache = holder.words
         if cache is None or cache.key != key:
-            cache = self._piece_cache = PieceCache(key)
+            cache = holder.words = PieceCache(key)
         return cache
 
 
@@ -313,6 +330,58 @@ class KorBertTokenizer(CachedEncoding, TokenizersBackend):
             self._tokenizer.encode_special_tokens = split_specials
 
 
+class _Backend:
+    """The `tokenizers` backend (`KorBertTokenizer._tokenizer`) with the Kiwi step as its
+    pre-tokenizer, and the word cache made from it (`words`).
+
+    tokenizers cannot serialize a Python pre-tokenizer, so this holder pickles (and deep-copies) as
+    the backend's JSON with the placeholder in the Kiwi step's place, plus the Segmenter; loading
+    puts the Kiwi step back. Left out: the word cache, and the backend's truncation and padding,
+    which transformers sets again on every call. So a used tokenizer pickles to the bytes of a
+    fresh one, which is what `datasets` hashes to find a map's cache."""
+
+    __slots__ = ("tokenizer", "segmenter", "words")
+
+    def __init__(self, tokenizer: Tokenizer, segmenter: Segmenter | None = None):
+        self.tokenizer, self.segmenter, self.words = tokenizer, segmenter, None
+        if segmenter is not None:
+            tokenizer.pre_tokenizer = PreTokenizer.custom(KiwiPreTokenizer(segmenter))
+
+    def __reduce__(self):
+        custom = self.tokenizer.pre_tokenizer
+        if self.segmenter is not None:
+            self.tokenizer.pre_tokenizer = _placeholder_pre_tokenizer()
+        try:
+            state = json.loads(self.tokenizer.to_str())
+        finally:
+            self.tokenizer.pre_tokenizer = custom
+        state["truncation"] = state["padding"] = None
+        return _backend_from_state, (json.dumps(state, ensure_ascii=False), self.segmenter)
+
+
+def _backend_from_state(state: str, segmenter: Segmenter | None) -> _Backend:
+    return _Backend(Tokenizer.from_str(state), segmenter)
+
+
+def _saved_max_length(folder) -> int | None:
+    """The model_max_length a folder's tokenizer_config.json names, None if none below
+    transformers' "no limit" (1e30, what exports before korbert wrote a length saved)."""
+    path = Path(folder, "tokenizer_config.json")
+    length = json.loads(path.read_text(encoding="utf-8")).get("model_max_length") if path.is_file() else None
+    return length if isinstance(length, int) and length < int(1e29) else None
+
+
+def folder_max_length(folder) -> int | None:
+    """The length a model folder's tokenizer should cut at: the longest sequences its pretraining
+    trained (manifest.json's `trained_seq_len`, a korbert export), else config.json's
+    `max_position_embeddings`; None without config.json (a tokenizer folder: no model, no limit)."""
+    config, manifest = Path(folder, "config.json"), Path(folder, "manifest.json")
+    if not config.is_file():
+        return None
+    trained = json.loads(manifest.read_text(encoding="utf-8")).get("trained_seq_len") if manifest.is_file() else None
+    return int(trained or json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings") or 0) or None
+
+
 def _existing(folder: Any, name: str) -> str | None:
     p = Path(str(folder), name) if folder else None
     return str(p) if p and p.is_file() else None
@@ -354,6 +423,24 @@ def spm_backend(model_proto: bytes, model_type: str = "unigram", attached: dict[
     )
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     return backend
+
+
+def _warn_other_kiwi(folder) -> None:
+    """One line on stderr when the folder's manifest.json records another Kiwi than the one installed:
+    the same ids and fingerprint, but Kiwi may now segment some text otherwise than when the vocabulary
+    (or the model) was built. Not an error: the fingerprint names the tokenizer, not the analyzer."""
+    import sys
+
+    from corpus_tools.morph import kiwi_differs
+
+    path = Path(folder, "manifest.json")
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))["versions"]
+    except (OSError, ValueError, KeyError, TypeError):  # no manifest (a folder saved by hand), or none that says
+        return
+    differs = kiwi_differs(recorded) if isinstance(recorded, dict) else None
+    if differs:
+        print(f"WARNING: {folder}: built with {differs}; Kiwi may segment some text otherwise", file=sys.stderr)
 
 
 def _tokenizer_class(folder) -> str | None:

@@ -21,6 +21,23 @@ def load_benchmark(name: str):
     return mod
 
 
+def data_file(*parts: str) -> Path:
+    """A file of the data folder the tests are given, $KORBERT_DATA (`.ci/run` points it at the data
+    beside the clone; the product's own default is never guessed here). Missing: in CI (CI=true) the
+    test fails, since a skip there would hide it; elsewhere it is skipped, saying why."""
+    import os
+
+    root = os.environ.get("KORBERT_DATA")
+    path = Path(root, *parts) if root else None
+    if path is None or not path.is_file():
+        why = f"{path} is not there" if path else "$KORBERT_DATA is not set"
+        msg = f"needs {'/'.join(parts)} from the data folder ($KORBERT_DATA, `korbert data get`): {why}"
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+    return path
+
+
 def sample_texts(n: int = 3000, name: str = "reviews") -> list[str]:
     with gzip.open(SAMPLE / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
         return [json.loads(line)["text"] for _, line in zip(range(n), f)]

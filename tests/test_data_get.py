@@ -10,6 +10,7 @@ import io
 import json
 import tarfile
 import threading
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 
@@ -71,6 +72,7 @@ def mirror(tmp_path, monkeypatch):
             "petitions_archive-x/petitions_2017-09": (json.dumps({"title": "빈", "content": ""}, ensure_ascii=False) + "\n"
                                                       + json.dumps({"title": "둘", "content": "둘째 청원."}, ensure_ascii=False) + "\n").encode(),
             "petitions_archive-x/README.md": b"not a month",
+            "petitions_archive-x/files": b"petitions_2017-08\npetitions_2017-09\n",  # the months it holds
         }),
     }
     for rel, data in files.items():
@@ -221,6 +223,62 @@ def test_get_over_http_from_a_mirror_served_on_localhost(tmp_path, mirror):
         thread.join()
 
 
+def test_petitions_read_a_zipped_month_and_every_month_the_archive_lists_issue_59(tmp_path, mirror):
+    """At f032f9e the archive held January 2019 as petitions_2019-01.zip, which the reader skipped without a
+    word. Every form of a month is read, and a month the archive's own `files` lists but does not hold is
+    one line, with nothing written."""
+    import zipfile
+
+    assert "03dc3f3d69e03a0a4885350c6991e328fc0a6b81" in data_get.DATASETS["petitions"].remotes[0].url
+
+    def month(title: str) -> bytes:
+        return (json.dumps({"title": title, "content": f"{title}의 청원."}, ensure_ascii=False) + "\n").encode()
+
+    zipped = io.BytesIO()
+    with zipfile.ZipFile(zipped, "w") as z:
+        z.writestr("petitions_2019-01", month("일월"))
+    archive = {"p-y/files": b"petitions_2018-12\npetitions_2019-01\n", "p-y/petitions_2018-12": month("십이월"),
+               "p-y/petitions_2019-01.zip": zipped.getvalue(), "p-y/petitions_2019-02.txt": month("이월")}  # not listed: read too
+    (mirror / "downloads" / "petitions-archive.tar.gz").write_bytes(_tar_gz(archive))
+    manifest = data_get.get(["petitions"], tmp_path / "d", mirror=str(mirror), progress=False)
+    assert _jsonl(tmp_path / "d" / "corpus" / "petitions.jsonl.gz") == [
+        {"id": "petitions_2018-12-0", "title": "십이월", "text": "십이월의 청원."},
+        {"id": "petitions_2019-01-0", "title": "일월", "text": "일월의 청원."},
+        {"id": "petitions_2019-02-0", "title": "이월", "text": "이월의 청원."}]
+    assert manifest["datasets"]["petitions"]["counts"] == {
+        "months": 3, "months_listed": 2, "petitions": 3, "empty": 0, "documents": 3}
+
+    archive["p-y/files"] += b"petitions_2019-03\n"  # listed, and in no form in the archive
+    (mirror / "downloads" / "petitions-archive.tar.gz").write_bytes(_tar_gz(archive))
+    with pytest.raises(InputError, match=r"^petitions: cannot derive .*names 1 month\(s\) not in the archive .*: petitions_2019-03\)"):
+        data_get.get(["petitions"], tmp_path / "e", mirror=str(mirror), progress=False)
+    assert not (tmp_path / "e" / "corpus" / "petitions.jsonl.gz").exists() and not list((tmp_path / "e").rglob("*.tmp"))
+
+
+def test_the_data_folder_is_korbert_data_else_the_user_cache_never_a_folder_beside_the_checkout_issue_59(tmp_path, monkeypatch, capsys):
+    """The default was "this checkout's ../shared/data when there is one": this project's CI layout. The
+    tests say where the data is ($KORBERT_DATA, set by .ci/run) and, in CI, fail rather than skip without it."""
+    from conftest import data_file
+
+    for var in ("KORBERT_DATA", "XDG_CACHE_HOME", "CI"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert data_get.default_folder() == tmp_path / ".cache" / "korbert" / "data"
+    with pytest.raises(SystemExit):
+        data_get.cli(["get", "--help"])
+    assert "shared/data" not in capsys.readouterr().out
+    with pytest.raises(pytest.skip.Exception, match=r"KORBERT_DATA is not set"):  # outside CI: skipped, saying why
+        data_file("nsmc", "ratings_test.txt")
+    monkeypatch.setenv("KORBERT_DATA", str(tmp_path / "data"))
+    assert data_get.default_folder() == tmp_path / "data"
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=r"nsmc/ratings_test.txt is not there"):  # in CI: a failure
+        data_file("nsmc", "ratings_test.txt")
+    (tmp_path / "data" / "nsmc").mkdir(parents=True)
+    (tmp_path / "data" / "nsmc" / "ratings_test.txt").write_text(NSMC_TEST, encoding="utf-8")
+    assert data_file("nsmc", "ratings_test.txt") == tmp_path / "data" / "nsmc" / "ratings_test.txt"
+
+
 def test_nsmc_protocol_is_named_by_content(tmp_path, mirror):
     from corpus_tools import SAMPLE_DATA
 
@@ -245,3 +303,141 @@ def test_the_command_gets_from_a_mirror_and_fails_in_one_line(tmp_path, mirror, 
     assert main(["data", "get", "korquad", "--out", str(tmp_path / "d"), "--mirror", str(tmp_path / "empty"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("korbert data: error: ") and "KorQuAD_v1.0_train.json" in err[-1]
+
+
+# --- issue 59 ---------------------------------------------------------------------------------
+
+@contextmanager
+def _served(directory, prefix: str = "", status: dict | None = None):
+    """`directory` over HTTP on 127.0.0.1 under `prefix`, answering `status[path]` for those paths;
+    yields (its URL, the paths asked for, in order)."""
+    asked: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **k):
+            super().__init__(*a, directory=str(directory), **k)
+
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            self.path = self.path.removeprefix(prefix)
+            asked.append(self.path)
+            if self.path in (status or {}):
+                return self.send_error(status[self.path])
+            return super().do_GET()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}{prefix}", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_dev_title_written_with_underscores_drops_the_article_titled_with_spaces_issue_59(tmp_path):
+    """KorQuAD dev writes half its titles with underscores (노아의_방주); Wikipedia's title column has
+    spaces. A reworded article (no 48-character run shared) is dropped by its title alone."""
+    import unicodedata
+
+    folder = tmp_path / "data"
+    (folder / "korquad").mkdir(parents=True)
+    dev = {"version": "KorQuAD_v1.0_dev", "data": [{"title": "노아의_방주", "paragraphs": [{
+        "context": "노아의 방주는 창세기에 나오는 배로, 노아가 하느님의 명령에 따라 가족과 동물들을 태우고 대홍수를 피했다고 한다.",
+        "qas": [{"id": "n1", "question": "방주를 만든 사람은?", "answers": [{"text": "노아", "answer_start": 0}]}]}]}]}
+    (folder / "korquad" / "KorQuAD_v1.0_dev.json").write_text(json.dumps(dev, ensure_ascii=False), encoding="utf-8")
+    rows = [{"id": "7", "url": "u7", "title": "노아의 방주", "text": "창세기의 홍수 이야기에서 노아가 지은 커다란 배를 가리킨다."},
+            {"id": "8", "url": "u8", "title": unicodedata.normalize("NFD", " 노아의 방주 "), "text": "다른 판본."},
+            {"id": "9", "url": "u9", "title": "노아의 방주 (영화)", "text": "2014년 영화이다."}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "wiki.parquet")
+    counts = data_get.derive_kowiki(folder, {"part0": tmp_path / "wiki.parquet"})
+    assert counts == {"articles": 3, "empty": 0, "korquad_title": 2, "korquad_context": 0, "documents": 1}
+    assert [a["title"] for a in _jsonl(folder / "corpus" / "kowiki.jsonl.gz")] == ["노아의 방주 (영화)"]
+
+
+def test_a_kowiki_derived_before_the_title_fix_is_derived_again_issue_59(tmp_path, mirror, capsys):
+    out = tmp_path / "data"
+    data_get.get(["kowiki", "reviews"], out, mirror=str(mirror), progress=False)
+    manifest = json.loads((out / data_get.MANIFEST).read_text(encoding="utf-8"))
+    for d in manifest["datasets"].values():  # what the code before the fix recorded
+        if "inputs" in d:
+            d["inputs"]["derivation"] = 1
+    (out / data_get.MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    capsys.readouterr()
+    data_get.get(["kowiki", "reviews"], out, mirror=str(mirror), progress=False)
+    err = capsys.readouterr().err
+    assert "kowiki: up to date" not in err and "kowiki: {" in err  # its title rule changed: derived again
+    assert "reviews: up to date" in err  # its rules did not
+
+
+def test_korquad_protocol_is_official_only_for_the_pinned_pair(tmp_path, mirror):
+    from evals.data import korquad_protocol
+
+    kq = mirror / "korquad"
+    assert korquad_protocol(kq / "KorQuAD_v1.0_train.json", kq / "KorQuAD_v1.0_dev.json") == "official"  # the pins, swapped
+    assert korquad_protocol(kq / "KorQuAD_v1.0_dev.json", kq / "KorQuAD_v1.0_dev.json") == "custom train file"
+    other = tmp_path / "train.json"
+    other.write_text(json.dumps(TRAIN, ensure_ascii=False, indent=1), encoding="utf-8")  # the same questions, other bytes
+    assert korquad_protocol(other, kq / "KorQuAD_v1.0_dev.json") == "custom train file"
+
+
+def _month(seed: int) -> bytes:
+    """A month of petitions that gzip cannot squeeze much (random syllables): a splice of two
+    archives then breaks inside the deflate stream, as a real one does."""
+    import random
+
+    r = random.Random(seed)
+    return "".join(json.dumps({"title": "제목", "content": "".join(chr(r.randrange(0xAC00, 0xD7A4)) for _ in range(200))},
+                              ensure_ascii=False) + "\n" for _ in range(20)).encode()
+
+
+def test_an_unpinned_archive_that_fails_to_derive_is_dropped_and_fetched_again_issue_59(tmp_path, mirror):
+    """The mirror's manifest vouches for no archive: the first download's sha256 would hold a bad
+    one for ever. A derivation that fails is one line, and the archive and its record go."""
+    listed = b"petitions_2017-08\npetitions_2017-09\n"
+    old = _tar_gz({"p-x/files": listed, "p-x/petitions_2017-08": _month(1), "p-x/petitions_2017-09": _month(2)})
+    new = _tar_gz({"p-x/files": listed, "p-x/petitions_2017-08": _month(3), "p-x/petitions_2017-09": _month(4)})
+    archive, rel = mirror / "downloads" / "petitions-archive.tar.gz", "downloads/petitions-archive.tar.gz"
+    archive.write_bytes(old[: len(old) // 2] + new[len(old) // 2:])  # what a resume across two versions made
+    out = tmp_path / "data"
+    with _served(mirror) as (url, asked):
+        with pytest.raises(InputError) as e:
+            data_get.get(["petitions"], out, mirror=url, progress=False)
+        assert "petitions: cannot derive" in str(e.value) and "zlib" in str(e.value) and "\n" not in str(e.value)
+        assert "removed" in str(e.value)
+        manifest = json.loads((out / data_get.MANIFEST).read_text(encoding="utf-8"))
+        assert rel not in manifest["files"] and not (out / rel).exists()
+        archive.write_bytes(new)
+        m = data_get.get(["petitions"], out, mirror=url, progress=False)  # fetched again, not held to the bad sha256
+    assert asked.count("/" + rel) == 2
+    assert m["datasets"]["petitions"]["counts"]["documents"] == 40 and m["files"][rel]["sha256"] == file_digests(archive)["sha256"]
+
+
+@pytest.mark.parametrize("status", [403, 404])
+def test_only_a_404_means_the_mirror_has_no_manifest_issue_59(tmp_path, mirror, status):
+    with _served(mirror, prefix="/mirror-2404", status={"/" + data_get.MANIFEST: status}) as (url, _):
+        if status == 404:  # no manifest: the archives are taken, their sha256 recorded
+            m = data_get.get(["petitions"], tmp_path / "data", mirror=url, progress=False)
+            assert m["files"]["downloads/petitions-archive.tar.gz"]["pinned_by"].startswith("nothing")
+        else:
+            with pytest.raises(InputError, match=rf"mirror {url}: cannot read its korbert-data.json \(.*HTTP {status}"):
+                data_get.get(["petitions"], tmp_path / "data", mirror=url, progress=False)
+            assert not (tmp_path / "data" / "downloads" / "petitions-archive.tar.gz").exists()
+
+
+def test_a_pin_change_keeps_the_old_file_until_the_new_one_is_verified_issue_59(tmp_path, mirror, monkeypatch):
+    out = tmp_path / "data"
+    data_get.get(["reviews"], out, mirror=str(mirror), progress=False)
+    crawl = out / "downloads" / "nsmc-crawl.tar.gz"
+    before, record = crawl.read_bytes(), json.loads((out / data_get.MANIFEST).read_text(encoding="utf-8"))
+    d = data_get.DATASETS["reviews"]
+    monkeypatch.setitem(data_get.DATASETS, "reviews", replace(d, remotes=[replace(d.remotes[0], url=d.remotes[0].url.replace(
+        data_get.NSMC_COMMIT, "0" * 40), revision="0" * 40)]))
+    (mirror / "downloads" / "nsmc-crawl.tar.gz").unlink()  # the mirror has not got the new pin's archive (or we are offline)
+    with pytest.raises(InputError, match="nsmc-crawl.tar.gz"):
+        data_get.get(["reviews"], out, mirror=str(mirror), progress=False)
+    assert crawl.read_bytes() == before  # the old archive is still there, and still recorded as the old pin's
+    assert json.loads((out / data_get.MANIFEST).read_text(encoding="utf-8")) == record

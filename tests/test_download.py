@@ -1,8 +1,9 @@
 """korbert.download against a real HTTP server on 127.0.0.1 (nothing leaves the machine).
 
 The server serves bytes each test puts in `server.files` and can be told, per path, to misbehave
-the way real servers and links do: answer 404, cut the connection after K bytes on the first
-request, ignore Range, fail with 503 once, or stall. Every request's path and Range header is
+the way real servers and links do: answer 404 (or any status), cut the connection after K bytes
+on the first request, ignore Range, fail with 503 once, or stall. With `etag`, it sends that ETag
+and honours If-Range as RFC 9110 says (another validator: the whole file, 200). Every request's path and Range header is
 recorded, so a test asserts what the client asked for, not just what it ended up with.
 """
 
@@ -35,14 +36,19 @@ class _Handler(BaseHTTPRequestHandler):
         rng = self.headers.get("Range")
         with st.lock:
             st.requests.append((self.path, rng, self.headers.get("User-Agent")))
+            st.if_range.setdefault(self.path, []).append(self.headers.get("If-Range"))
             seen = sum(p == self.path for p, _, _ in st.requests)
         how = st.how.get(self.path, {})
         body = st.files.get(self.path)
         if body is None or how.get("404"):
             return self.send_error(404)
+        if how.get("status"):
+            return self.send_error(how["status"])
         if how.get("503_once") and seen == 1:
             return self.send_error(503)
-        start = 0
+        start, etag = 0, how.get("etag")
+        if self.headers.get("If-Range") is not None and self.headers.get("If-Range") != etag:
+            rng = None  # RFC 9110: a validator that does not match means the whole, current file
         if rng and not how.get("ignore_range"):
             start = int(rng.removeprefix("bytes=").split("-")[0])
             if start >= len(body):
@@ -54,6 +60,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         else:
             self.send_response(200)
+        if etag:
+            self.send_header("ETag", etag)
         rest = body[start:]
         self.send_header("Content-Length", str(len(rest)))
         self.end_headers()
@@ -78,6 +86,7 @@ class _State:
         self.files: dict[str, bytes] = {}
         self.how: dict[str, dict] = {}
         self.requests: list[tuple[str, str | None, str | None]] = []
+        self.if_range: dict[str, list[str | None]] = {}  # path -> the If-Range header of each request
         self.lock = threading.Lock()
 
     def serve(self, path: str, body: bytes, **how) -> str:
@@ -109,7 +118,17 @@ def _blob(b: bytes) -> str:
 
 
 def _no_part(dest) -> bool:
-    return not dest.with_name(dest.name + ".part").exists()
+    return not list(dest.parent.glob(dest.name + ".part*"))  # the .part and whatever records its source
+
+
+def _interrupted(server, path: str, body: bytes, dest, **how) -> str:
+    """A first run cut after 100,000 bytes, with no retry: its .part is left behind, as a killed
+    process or a dead link leaves it."""
+    url = server.serve(path, body, drop_after=100_000, **how)
+    with pytest.raises(DownloadError):
+        fetch(url, dest, retries=0, **FAST)
+    assert dest.with_name(dest.name + ".part").stat().st_size == 100_000
+    return url
 
 
 # -- digests --------------------------------------------------------------------------------------
@@ -164,8 +183,8 @@ def test_dropped_connection_is_resumed_with_range(server, tmp_path):
 
 def test_server_ignoring_range_starts_over(server, tmp_path):
     # No checksum given: only the client's handling of the 200 (truncate, not append) can make
-    # the content exact.
-    url = server.serve("/big.bin", DATA, drop_after=50_000, ignore_range=True)
+    # the content exact. (An ETag: without a validator an unpinned file is never resumed.)
+    url = server.serve("/big.bin", DATA, drop_after=50_000, ignore_range=True, etag='"v1"')
     dest = tmp_path / "big.bin"
     fetch(url, dest, **FAST)
     assert server.ranges("/big.bin") == [None, "bytes=50000-"]
@@ -207,6 +226,7 @@ def test_refused_connection_gives_up_in_one_line(tmp_path):
         fetch(url, tmp_path / "x.txt", retries=2, **FAST)
     msg = str(e.value)
     assert msg.startswith(url) and "refused" in msg.lower() and "3 attempts" in msg and "\n" not in msg
+    assert e.value.status is None  # no HTTP answer
     assert not (tmp_path / "x.txt").exists()
 
 
@@ -241,32 +261,81 @@ def test_file_failing_verification_is_kept_when_download_is_bad(server, tmp_path
 
 
 def test_complete_part_file_gets_416_and_is_kept(server, tmp_path):
-    url = server.serve("/x.txt", DATA)
     dest = tmp_path / "x.txt"
-    dest.with_name("x.txt.part").write_bytes(DATA)
+    url = _interrupted(server, "/x.txt", DATA, dest)
+    dest.with_name("x.txt.part").write_bytes(DATA)  # every byte there, the run killed before the rename
     fetch(url, dest, sha256=_sha(DATA), **FAST)
-    assert server.ranges("/x.txt") == [f"bytes={len(DATA)}-"]  # answered 416; nothing refetched
+    assert server.ranges("/x.txt") == [None, f"bytes={len(DATA)}-"]  # answered 416; nothing refetched
     assert dest.read_bytes() == DATA and _no_part(dest)
 
 
 def test_too_long_part_file_is_refetched_from_zero(server, tmp_path):
-    url = server.serve("/x.txt", DATA)
     dest = tmp_path / "x.txt"
+    url = _interrupted(server, "/x.txt", DATA, dest, etag='"v1"')
     dest.with_name("x.txt.part").write_bytes(DATA + b"junk")
-    fetch(url, dest, **FAST)  # no checksum: the 416's size says the .part is wrong
-    assert server.ranges("/x.txt") == [f"bytes={len(DATA) + 4}-", None]
+    fetch(url, dest, **FAST)  # no checksum: the 416's size (for the same ETag) says the .part is wrong
+    assert server.ranges("/x.txt") == [None, f"bytes={len(DATA) + 4}-", None]
     assert dest.read_bytes() == DATA
 
 
 def test_stale_part_file_is_discarded_after_a_mismatch(server, tmp_path):
-    # A .part left by an earlier, different version of the file: the resume completes it, the
-    # checksum fails, and the file is fetched once more from byte 0 instead of failing.
-    url = server.serve("/x.txt", DATA)
+    # A .part left by an earlier, different version of the file at the same URL, pinned now: the
+    # resume completes it, the checksum fails, and the file is fetched once more from byte 0.
     dest = tmp_path / "x.txt"
-    dest.with_name("x.txt.part").write_bytes(b"\0" * 1000)
+    url = _interrupted(server, "/x.txt", bytes(reversed(DATA)), dest)
+    server.serve("/x.txt", DATA)
     fetch(url, dest, sha256=_sha(DATA), **FAST)
-    assert server.ranges("/x.txt") == ["bytes=1000-", None]
+    assert server.ranges("/x.txt") == [None, "bytes=100000-", None]
     assert dest.read_bytes() == DATA and _no_part(dest)
+
+
+# -- issue 59: a .part is resumed only from its own URL, and an unpinned one only with If-Range ---
+
+OLD, NEW = DATA, bytes(reversed(DATA))  # the same length: only the bytes tell them apart
+
+
+@pytest.mark.parametrize("etag", [None, 'W/"v1"'], ids=["no-validator", "weak-etag"])
+def test_an_unpinned_part_is_not_resumed_without_a_validator_issue_59(server, tmp_path, etag):
+    dest = tmp_path / "archive.tar.gz"
+    url = _interrupted(server, "/archive.tar.gz", OLD, dest, **({"etag": etag} if etag else {}))
+    server.serve("/archive.tar.gz", NEW, **({"etag": 'W/"v2"'} if etag else {}))  # the file changed between the runs
+    out = fetch(url, dest, **FAST)  # nothing pins it: no checksum could tell a splice
+    assert dest.read_bytes() == NEW and out["sha256"] == _sha(NEW) and _no_part(dest)
+    assert server.ranges("/archive.tar.gz") == [None, None]
+
+
+def test_an_unpinned_part_resumes_with_if_range_and_a_changed_file_comes_whole_issue_59(server, tmp_path):
+    dest = tmp_path / "archive.tar.gz"
+    url = _interrupted(server, "/archive.tar.gz", OLD, dest, etag='"v1"')
+    server.serve("/archive.tar.gz", NEW, etag='"v2"')
+    fetch(url, dest, **FAST)
+    assert dest.read_bytes() == NEW  # asked for the rest of "v1", given all of "v2"
+    assert server.ranges("/archive.tar.gz") == [None, "bytes=100000-"] and server.if_range["/archive.tar.gz"] == [None, '"v1"']
+    same = tmp_path / "same.tar.gz"  # the file unchanged: the rest is appended
+    url = _interrupted(server, "/same.tar.gz", OLD, same, etag='"v1"')
+    fetch(url, same, **FAST)
+    assert same.read_bytes() == OLD and server.if_range["/same.tar.gz"] == [None, '"v1"'] and _no_part(same)
+    assert server.ranges("/same.tar.gz") == [None, "bytes=100000-"]
+
+
+def test_a_part_from_another_url_is_not_resumed_issue_59(server, tmp_path):
+    # an older pin's URL left the .part; the new pin's URL starts from byte 0, even with the same validator
+    dest = tmp_path / "archive.tar.gz"
+    _interrupted(server, "/old-commit/archive.tar.gz", OLD, dest, etag='"v1"')
+    url = server.serve("/new-commit/archive.tar.gz", NEW, etag='"v1"')
+    fetch(url, dest, sha256=_sha(NEW), **FAST)
+    assert server.ranges("/new-commit/archive.tar.gz") == [None] and dest.read_bytes() == NEW and _no_part(dest)
+
+
+@pytest.mark.parametrize("status", [403, 404, 503])
+def test_a_download_error_carries_the_http_status_issue_59(server, tmp_path, status):
+    url = server.serve("/mirror-2404/korbert-data.json", b"{}", status=status)  # "404" in every message
+    with pytest.raises(DownloadError) as e:
+        http_get_json(url, retries=1, backoff=0.01)
+    assert e.value.status == status and f"HTTP {status}" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(DownloadError) as e:
+        fetch(url, tmp_path / "x.json", retries=1, **FAST)
+    assert e.value.status == status
 
 
 # -- mirrors --------------------------------------------------------------------------------------

@@ -112,6 +112,32 @@ def test_fine_tuning_from_the_cache_runs_without_kiwi(model_dir, tmp_path, one_t
     assert "no cached nsmc features" in line and str(feats) in line and "kiwipiepy" in line
 
 
+def test_a_feature_cache_of_korbert_s_tokenizer_is_keyed_on_the_kiwi_version_issue_59(model_dir, bert_dir, tmp_path, monkeypatch, one_thread):
+    """Features made with another Kiwi were reused after `pip install -U kiwipiepy` (the key named the
+    tokenizer files only). The installed version is stood in for; a WordPiece folder runs no Kiwi."""
+    from corpus_tools import morph
+    from korbert.folders import open_folder
+
+    installed = morph.kiwi_versions()
+    path = tmp_path / "test.txt"
+    path.write_text("".join((SAMPLE / "nsmc_test.txt").read_text(encoding="utf-8").splitlines(keepends=True)[:41]), encoding="utf-8")
+    rows = read_nsmc(path)
+    for folder in (model_dir, bert_dir):
+        mf, root = open_folder(str(folder)), tmp_path / f"features-{folder.name}"
+        first = F.nsmc(root, mf, str(path), rows, 32)
+        assert first.built and not F.nsmc(root, mf, str(path), rows, 32).built
+        monkeypatch.setattr(morph, "kiwi_versions", lambda: {**installed, "kiwipiepy_model": "0.0.1"})
+        other = F.nsmc(root, mf, str(path), rows, 32)
+        if mf.kind == "transformers":  # its own tokenizer, no Kiwi: the same key as before
+            assert not other.built and other.folder == first.folder and "kiwi" not in first.meta
+            continue
+        assert other.built and other.folder != first.folder and other.meta["kiwi"]["kiwipiepy_model"] == "0.0.1"
+        assert first.meta["kiwi"] == installed and other.columns == first.columns
+        monkeypatch.setattr(morph, "kiwi_versions", lambda: {})  # no Kiwi here: the newest set is read, whichever Kiwi built it
+        assert F.nsmc(root, mf, str(path), rows, 32).folder == other.folder
+        monkeypatch.undo()
+
+
 def test_any_transformers_folder_end_to_end(bert_dir, tmp_path, one_thread):
     from transformers import AutoTokenizer
 

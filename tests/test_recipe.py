@@ -44,16 +44,9 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
     assert report["finetuning"]["nsmc"]["protocol"] == "NSMC-R sample (the embedded demo files)"
     md = (out / "report.md").read_text()
     assert "| system | origin | parameters | NSMC accuracy | KorQuAD EM | KorQuAD F1 |" in md and "control" in md
-    # the corpus documents equal to a scored test review (the sample crawl holds short generic ones): counted, reported
-    from collections import Counter
-
-    from conftest import sample_texts
-    from corpus_tools.guard import EvalText
-
-    guard = EvalText(nsmc_test=[nsmc_test], korquad=[SAMPLE / "korquad_dev.json"])
-    found = Counter(filter(None, map(guard.check, sample_texts(3000) + sample_texts(40, "petitions"))))
-    assert found and report["corpus"]["eval_text"] == dict(found)
-    assert f"**Evaluation text in the corpus**: {found['nsmc_test_review']:,} documents equal to an NSMC test review" in md
+    # the embedded sample holds none of its scored text (corpus_tools/make_sample.py): checked, and said in one line
+    assert report["corpus"]["eval_text"] == {} and report["corpus"]["eval_text_policy"] == "drop"
+    assert "Evaluation text in the corpus: none found (no document equal to an NSMC test review" in md
     assert f"Corpus given with --corpus, instead of the preset's: `{corpus_file}`" in md  # the preset's description is not the run's
     for plot in report["plots"]:
         assert (out / plot).stat().st_size > 1000
@@ -316,6 +309,43 @@ def test_model_card_names_a_corpus_slice_and_a_license():
     text = card_text(m, m["license"])
     assert "| kowiki.jsonl.gz (its first 3,000 documents) | 10 |" in text and "\nlicense: apache-2.0\n" in text
     assert "5 optimizer steps, 1,000 training tokens, 1.0 min" in text and "model-index" not in text
+
+
+def test_the_card_lists_the_fine_tuning_settings_of_every_score_it_reports(tmp_path):
+    """Each task the card scores gets its settings from that eval's results.json (not from the
+    presets): epochs and steps, lr, batch, warmup, weight decay, dropout, max length (and KorQuAD's
+    stride); the NSMC row's TrainingArguments snippet builds, with those values."""
+    import re
+
+    from corpus_tools import config as C
+    from evals.korquad import KorquadConfig
+    from evals.nsmc import NsmcConfig
+    from korbert.card import card_text
+
+    m = {"model_config": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "vocab_size": 3000}, "parameters": 300_000,
+         "tokenizer_hash": "ab" * 32}
+    nsmc = {"config": C.to_dict(NsmcConfig(model="m", epochs=3, lr=7e-5, batch_size=24, warmup_ratio=0.06, weight_decay=0.02, dropout=0.05, max_len=96)),
+            "training": {"steps": 801, "warmup_steps": 49}, "n": {"train": 6400, "valid": 711, "test": 2000},
+            "model": {"dropout": {"set": {"hidden_dropout_prob": 0.05}}}}
+    korquad = {"config": C.to_dict(KorquadConfig(model="m", epochs=2, lr=2e-4, batch_size=16, max_len=128, stride=32, max_query_len=40, dropout=0.0)),
+               "training": {"steps": 350, "warmup_steps": 35}}
+    table = [{"system": "korbert", "origin": "pretrained here", "parameters": 300_000, "nsmc_accuracy": 0.8, "korquad_em": 0.1, "korquad_f1": 0.2}]
+    text = card_text(m, "", table, finetuning={"nsmc": nsmc, "korquad": korquad})
+    assert "| NSMC | 3 (801 steps) | 7e-05 | 24 | 6% of the steps (49), then linear decay | 0.02 | 0.05 | 96 | - | 42 |" in text
+    assert "| KorQuAD 1.0 | 2 (350 steps) | 0.0002 | 16 | 10% of the steps (35), then linear decay | 0.01 | 0 | 128 (question 40) | 32 | 42 |" in text
+    assert "held out 711 of the training reviews" in text and "truncation at 96 tokens" in text
+    snippet = re.search(r"args = TrainingArguments\(.*?\n\)", text, re.S).group(0)
+    from transformers import TrainingArguments
+
+    scope = {"TrainingArguments": TrainingArguments}
+    exec(snippet.replace('"nsmc"', repr(str(tmp_path / "nsmc"))), scope)
+    a = scope["args"]
+    assert (a.num_train_epochs, a.learning_rate, a.per_device_train_batch_size, a.warmup_steps, a.weight_decay, a.seed) == (3, 7e-5, 24, 0.06, 0.02, 42)
+    assert "hidden_dropout_prob=0.05, attention_probs_dropout_prob=0.05, classifier_dropout=0.05" in text
+    # a task the card does not report gets no row; no results, no section
+    no_korquad = [{**table[0], "korquad_em": None, "korquad_f1": None}]
+    assert "| KorQuAD 1.0 |" not in card_text(m, "", no_korquad, finetuning={"nsmc": nsmc, "korquad": korquad})
+    assert "How the scores were fine-tuned" not in card_text(m, "", table)
 
 
 def sample_data_folder(folder):

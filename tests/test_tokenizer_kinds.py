@@ -106,6 +106,23 @@ def test_autotokenizer_loads_a_plain_folder_with_neither_korbert_nor_kiwi(plain_
     assert out["decoded"][:4] == [" ".join(t.split()) for t in TEXTS]  # decodes back to the text (whitespace runs as one space)
 
 
+def test_plain_byte_fallback_offsets_are_per_character_issue_59(plain_dir, plain):
+    """齋藤實: three characters the vocabulary lacks. SentencePiece merges them into one unknown run, and
+    its nine byte tokens all carried the run's span (3, 6); each character's bytes now carry its own,
+    in AutoTokenizer's load of tokenizer.json too, and the ids stay SentencePiece's own."""
+    import sentencepiece as spm
+    from transformers import AutoTokenizer
+
+    text = "나는 齋藤實 씨와 齋 藤를 만났다"
+    for tok in (plain, AutoTokenizer.from_pretrained(str(plain_dir))):
+        enc = tok(text, return_offsets_mapping=True, add_special_tokens=False)
+        spans = [o for o, p in zip(enc["offset_mapping"], tok.convert_ids_to_tokens(enc["input_ids"])) if p.startswith("<0x")]
+        assert spans == [(3, 4)] * 3 + [(4, 5)] * 3 + [(5, 6)] * 3 + [(10, 11)] * 3 + [(12, 13)] * 3
+        assert [text[a:b] for a, b in spans[::3]] == ["齋", "藤", "實", "齋", "藤"]
+        assert enc["input_ids"] == spm.SentencePieceProcessor(model_file=str(plain_dir / "spm.model")).encode(text)
+    assert json.loads((plain_dir / "manifest.json").read_text(encoding="utf-8"))["config"]["plain_version"] == 2
+
+
 def test_plain_documents_split_sentences_at_punctuation_and_eojeols_at_spaces_without_kiwi(plain):
     from korbert.foreign import DocumentEncoder
     from korbert.plain import sentence_starts
@@ -226,6 +243,54 @@ def test_the_attached_kind_leaves_a_word_start_alone_only_before_rare_characters
                              kind="morpheme-attached", force=True))
     assert again["tokenizer_hash"] == m["tokenizer_hash"]
     assert (tmp_path / "again" / "tokenizer.json").read_bytes() == (attached_dir / "tokenizer.json").read_bytes()
+
+
+def test_the_stages_that_run_kiwi_key_on_its_version_and_plain_does_not_issue_59(vocab_dir, plain_dir, tmp_path, monkeypatch, capsys):
+    """After `pip install -U kiwipiepy` a vocabulary and shards built with another analyzer were reused
+    in silence. The upgrade itself is out of a test's reach: the recorded version is changed, or the
+    installed one stood in for. Plain runs no Kiwi: its vocabulary and shards keys stay as they were."""
+    import shutil
+
+    from corpus_tools import morph
+    from corpus_tools.shards import main as shards_main
+    from corpus_tools.shards_config import ShardsConfig
+    from corpus_tools.text import InputError
+    from corpus_tools.vocab import VocabConfig, main
+    from korbert.tokenizer import KorBertTokenizer
+
+    corpus = write_jsonl(tmp_path / "c.jsonl", sample_texts(200))
+    installed = morph.kiwi_versions()
+    assert set(installed) == {"kiwipiepy", "kiwipiepy_model"}
+    for kind, src in (("morpheme", vocab_dir), ("plain", plain_dir)):
+        folder = tmp_path / kind
+        shutil.copytree(src, folder)
+        m = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        cfg = VocabConfig(inputs=[i["path"] for i in m["inputs"]], out=str(folder), vocab_size=3000, num_unused=5, show=0, kind=kind)
+        assert main(cfg, ready_only=True)["tokenizer_hash"] == m["tokenizer_hash"]  # up to date as built
+        m["versions"]["kiwipiepy"] = "0.0.1"  # built under another Kiwi
+        (folder / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
+        if kind == "plain":
+            assert main(cfg, ready_only=True)["tokenizer_hash"] == m["tokenizer_hash"]
+            continue
+        with pytest.raises(InputError, match="no vocabulary built"):  # a redo, not a reuse
+            main(cfg, ready_only=True)
+        assert f"built with kiwipiepy 0.0.1 / kiwipiepy_model {installed['kiwipiepy_model']} (installed here" in capsys.readouterr().out
+        KorBertTokenizer.from_pretrained(folder)  # the same tokenizer, loaded with one warning line
+        warned = [line for line in capsys.readouterr().err.splitlines() if "kiwipiepy 0.0.1" in line]
+        assert len(warned) == 1 and warned[0].startswith("WARNING: ") and "segment" in warned[0]
+
+    for kind, tokenizer in (("morpheme", vocab_dir), ("plain", plain_dir)):
+        cfg = ShardsConfig(tokenizer=str(tokenizer), inputs=[str(corpus)], out=str(tmp_path / f"shards-{kind}"), show=0, seed=1)
+        key = shards_main(cfg)["key"]
+        monkeypatch.setattr(morph, "kiwi_versions", lambda: {**installed, "kiwipiepy": "0.0.1"})
+        if kind == "plain":
+            assert shards_main(cfg, ready_only=True)["key"] == key
+        else:
+            with pytest.raises(InputError, match="no shards built"):
+                shards_main(cfg, ready_only=True)
+            monkeypatch.setattr(morph, "kiwi_versions", lambda: {})  # no Kiwi here: the shards' own record stands
+            assert shards_main(cfg, ready_only=True)["key"] == key
+        monkeypatch.undo()
 
 
 def test_a_vocabulary_of_another_kind_is_rebuilt_and_an_older_morpheme_one_is_not(vocab_dir, corpus_file, tmp_path, capsys):

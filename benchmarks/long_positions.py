@@ -1,0 +1,214 @@
+"""Issue 58, before and after: do positions past 128 work, and does KorQuAD in 384-token windows hold?
+
+    python benchmarks/long_positions.py --arm before --steps 10000 --seeds 42 43 44
+    python benchmarks/long_positions.py --arm after  --steps 10000 --seeds 42 43 44     # --after-set: the change
+    python benchmarks/long_positions.py --collect                                       # both arms -> the result file
+
+Each arm is the `cpu` preset on a step budget (the tokenizer study's: the same steps on any machine),
+run alone:
+
+    korbert run --preset cpu --out WORK/ARM --set pretrain.max_minutes=0 pretrain.max_steps=N pretrain.precision=fp32
+        nsmc.seed=S1 korquad.seed=S1 [the arm's settings]
+
+then, on the model it pretrained and on its control (same architecture, random initialization):
+KorQuAD in 128-token windows (stride 32, query 40: the preset's) and in 384-token windows (stride 128,
+query 64) with --epoch-window 128/32/40 (the steps of the 128-token run: matched), and NSMC-R, once
+per seed (the recipe ran S1 at 128; the rest run here, cached like the recipe's evals, so a killed
+arm resumes); and the position measure (`korbert eval positions`) on held-out kowiki articles chosen
+once (`korbert eval positions-texts`, after the preset's first 8,000) and read by both arms.
+
+Further arms (`--arm schedule-only --set pretrain.long_schedule=own`) go under `decomposition`.
+--collect writes --result (default benchmarks/results/long-positions-cpu.json) with a `before` and an
+`after` object: mlm_acc_by_position / mlm_acc_128_reference and their token counts, korquad_f1_128,
+korquad_f1_384 and nsmc (means over the seeds), their per-seed values and ranges, the control's, the
+seeds and the commands. --smoke runs the whole path at a tiny scale on the embedded sample (the demo
+preset with a 512-token phase, a few steps, two seeds): a check of the script, not a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+AFTER = ["pretrain.long_schedule=own", "pretrain.long_warmup=0.1", "pretrain.long_init=copy"]  # the candidates built for issue 58
+WIDE = dict(max_len=384, stride=128, max_query_len=64, epoch_window="128/32/40")
+SMOKE = ["pretrain.max_tokens=0", "shards_long.max_seq_len=512", "nsmc.max_train_examples=300", "nsmc.max_eval_examples=200",
+         "korquad.max_train_examples=60", "korquad.max_eval_examples=30"]
+
+
+def command(c, task: str) -> str:
+    """The `korbert eval` command line of a config: its fields that differ from the defaults."""
+    from corpus_tools import config as C
+
+    default = C.to_dict(type(c)())
+    flags = []
+    for k, v in C.to_dict(c).items():
+        if v != default.get(k):
+            flag = "--" + k.replace("_", "-")
+            flags += [flag] if v is True else [f"--no-{k.replace('_', '-')}"] if v is False else [flag, str(v)]
+    return shlex.join(["korbert", "eval", task, *flags])
+
+
+def arm_paths(work: Path, arm: str) -> Path:
+    return work / arm
+
+
+def recipe_command(args, run: Path, sets: list[str]) -> list[str]:
+    preset = "demo" if args.smoke else "cpu"
+    base = ["pretrain.max_minutes=0", f"pretrain.max_steps={args.steps}", "pretrain.precision=fp32", f"nsmc.seed={args.seeds[0]}",
+            f"korquad.seed={args.seeds[0]}", *(SMOKE if args.smoke else [])]
+    return [sys.executable, "-m", "korbert.cli", "run", "--preset", preset, "--out", str(run), *(["--data", args.data] if args.data else []),
+            "--set", *base, *sets]
+
+
+def eval_configs(run: Path, seed: int) -> dict:
+    """{name: config} of one seed: korquad at 128 and at 384 (matched steps) and NSMC-R, model and control."""
+    from evals import features as F
+    from evals.korquad import KorquadConfig
+    from evals.nsmc import NsmcConfig
+
+    saved = json.loads((run / "recipe-config.json").read_text(encoding="utf-8"))
+    out = {}
+    for task, cls in (("nsmc", NsmcConfig), ("korquad", KorquadConfig)):
+        for side in ("", "_control"):
+            c = cls(**saved[task + side])
+            where = "control" if side else "model"
+            c = replace(c, seed=seed, features=c.features or str(F.default_dir(c.out)))
+            first = seed == saved[task]["seed"]
+            out[f"{task}{side}"] = c if first else replace(c, out=str(run / f"seed-{seed}" / task / where))
+            if task == "korquad":
+                out[f"korquad384{side}"] = replace(c, out=str(run / f"seed-{seed}" / "korquad384" / where), **WIDE)
+    return out
+
+
+def run_evals(run: Path, seeds: list[int], force: bool) -> dict:
+    from evals import korquad, nsmc
+    from korbert.recipe import _cached, _folder_key, eval_key
+
+    done = {}
+    for seed in seeds:
+        for name, c in eval_configs(run, seed).items():
+            module = nsmc if name.startswith("nsmc") else korquad
+            print(f"\n== {run.name}: {name} (seed {seed}) ==", flush=True)
+            r, skipped = _cached(Path(c.out), eval_key(c, _folder_key(c.model, weights=not c.control)), lambda: module.main(c), force)
+            done[(name, seed)] = (r, command(c, "nsmc" if name.startswith("nsmc") else "korquad"))
+            if skipped:
+                print(f"up to date ({c.out})")
+    return done
+
+
+def positions(args, run: Path, work: Path) -> tuple[dict, list[str]]:
+    """The texts (chosen once, from the first arm's tokenizer) and the position measure of this arm's model."""
+    from corpus_tools import SAMPLE_DATA
+    from evals.positions import PositionsConfig, TextsConfig, main, select_texts
+    from korbert.folders import tokenizer_files_sha256
+
+    texts = work / "positions-texts.jsonl"
+    marker = work / "positions-texts.json"
+    vocab = run / "vocab"
+    from korbert.data_get import default_folder
+
+    corpus = SAMPLE_DATA / "petitions.jsonl.gz" if args.smoke else Path(args.data or default_folder()) / "corpus" / "kowiki.jsonl.gz"
+    tc = TextsConfig(corpus=str(corpus),
+                     tokenizer=str(vocab), out=str(texts), **({"skip_first": 0, "every": 3, "windows": 12} if args.smoke else {}))
+    if not marker.is_file():
+        sel = select_texts(tc)
+        marker.write_text(json.dumps({"tokenizer": tokenizer_files_sha256(vocab), "selection": sel}, indent=1))
+    if json.loads(marker.read_text())["tokenizer"] != tokenizer_files_sha256(vocab):
+        raise SystemExit(f"{texts} was chosen with another tokenizer than {vocab}'s: the arms must share their vocabulary")
+    pc = PositionsConfig(model=str(run / "pretrain" / "final"), texts=str(texts), out=str(run / "positions"), **({"min_per_bucket": 10} if args.smoke else {}))
+    r = main(pc)
+    return r, [command(tc, "positions-texts"), command(pc, "positions")]
+
+
+def summary(values: dict) -> dict:
+    vals = list(values.values())
+    return {"mean": round(sum(vals) / len(vals), 2), "range": [min(vals), max(vals)], "seeds": values}
+
+
+def arm(args) -> dict:
+    work = Path(args.work)
+    run = arm_paths(work, args.arm)
+    sets = (args.after_set if args.arm == "after" else []) + args.set
+    cmd = recipe_command(args, run, sets)
+    print("+", shlex.join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    evals = run_evals(run, args.seeds, args.force)
+    pos, pos_cmds = positions(args, run, work)
+    per = {}
+    for (name, seed), (r, _) in evals.items():
+        side = "control" if name.endswith("_control") else "model"
+        task = name.removesuffix("_control")
+        if task == "nsmc":
+            per.setdefault(side, {}).setdefault("nsmc", {})[seed] = round(100 * r["metrics"]["accuracy"], 2)
+        else:
+            w = "384" if task == "korquad384" else "128"
+            per.setdefault(side, {}).setdefault(f"korquad_f1_{w}", {})[seed] = round(r["metrics"]["f1"], 2)
+            per[side].setdefault(f"korquad_em_{w}", {})[seed] = round(r["metrics"]["exact_match"], 2)
+            per[side].setdefault(f"korquad_steps_{w}", {})[seed] = r["training"]["steps"]
+    pm = json.loads((run / "pretrain" / "final" / "manifest.json").read_text(encoding="utf-8"))
+    out = {
+        "mlm_acc_by_position": pos["mlm_acc_by_position"], "mlm_acc_128_reference": pos["mlm_acc_128_reference"],
+        "masked_tokens": pos["masked_tokens"], "position_windows": pos["windows"], "texts": {k: pos["texts"][k] for k in ("path", "sha256", "documents")},
+        **{k: summary(v)["mean"] for k, v in per["model"].items() if not k.startswith("korquad_steps")},
+        "per_seed": {k: summary(v) for k, v in per["model"].items()},
+        "control": {k: summary(v) for k, v in per["control"].items()},
+        "seeds": args.seeds, "settings": sets,
+        "pretrain": {k: pm.get(k) for k in ("step", "tokens", "seconds", "run_key", "trained_seq_len", "long_steps", "long_phase", "hardware")},
+        "commands": [shlex.join(["korbert", *cmd[3:]]), *sorted({c for _, c in evals.values()}), *pos_cmds],
+    }
+    (run / "long-positions-arm.json").write_text(json.dumps(out, indent=1, ensure_ascii=False))
+    print(f"\n{args.arm}: {json.dumps({k: out[k] for k in ('mlm_acc_by_position', 'mlm_acc_128_reference')})}")
+    return out
+
+
+def collect(args) -> dict:
+    from corpus_tools.artifacts import atomic_write_json, machine, versions
+
+    work = Path(args.work)
+    arms = {a: json.loads((arm_paths(work, a) / "long-positions-arm.json").read_text(encoding="utf-8")) for a in ("before", "after")}
+    others = {d.name: json.loads((d / "long-positions-arm.json").read_text(encoding="utf-8")) for d in sorted(work.iterdir())
+              if d.name not in arms and (d / "long-positions-arm.json").is_file()}
+    result = {
+        "about": "issue 58: positions past 128 and KorQuAD at 384 vs 128 (matched steps), before and after; benchmarks/long_positions.py",
+        "preset": "demo (smoke)" if args.smoke else "cpu", "steps": args.steps, **arms,
+        **({"decomposition": others} if others else {}), "machine": machine(), "versions": versions(),
+    }
+    atomic_write_json(args.result, result)
+    print(f"-> {args.result}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arm", help="before, after (with --after-set), or any name for one more arm with its own --set (e.g. schedule-only)")
+    ap.add_argument("--collect", action="store_true")
+    ap.add_argument("--steps", type=int, default=10000)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
+    ap.add_argument("--data", default="")
+    ap.add_argument("--work", default="runs/long-positions")
+    ap.add_argument("--after-set", nargs="*", default=AFTER, help="the after arm's --set items (default: %(default)s)")
+    ap.add_argument("--set", nargs="*", default=[], help="--set items for both arms")
+    ap.add_argument("--result", default=str(ROOT / "benchmarks" / "results" / "long-positions-cpu.json"))
+    ap.add_argument("--smoke", action="store_true", help="the demo preset on the embedded sample, tiny: checks the script end to end")
+    ap.add_argument("--force", action="store_true")
+    args = ap.parse_args(argv)
+    if args.smoke and args.result.startswith(str(ROOT / "benchmarks")):
+        raise SystemExit("--smoke: pass --result outside benchmarks/results (a smoke run is not a measurement)")
+    if args.collect:
+        return collect(args)
+    if not args.arm:
+        ap.error("--arm before|after, or --collect")
+    return arm(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Issue 58: the long phase's own schedule and copied positions (resumed exactly across the switch), the
+run key and card that record them, the position measure on a hand-made model, and KorQuAD budgets that do
+not shrink with the window."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from corpus_tools.text import InputError
+from korbert.checkpoint import run_key
+from korbert.pretrain import Trainer, main
+from korbert.pretrain_config import PretrainConfig
+from test_pretrain import cfg, long_shards_dir, losses, weights  # noqa: F401 (long_shards_dir: a fixture)
+
+POS = "bert.embeddings.position_embeddings.weight"
+
+
+class Stopped(Exception):
+    pass
+
+
+def _stop_after(step: int):
+    """Trainer.interval that raises once step `step` is logged (and checkpointed when due), as a crash would."""
+    interval = Trainer.interval
+
+    def stop(self, done):
+        interval(self, done)
+        if self.step_no == step:
+            raise Stopped(step)
+
+    return stop
+
+
+def lrs(out) -> list[float]:
+    return [json.loads(line)["lr"] for line in Path(out, "log.jsonl").read_text().splitlines()]
+
+
+def test_long_phase_own_schedule_warms_up_and_decays_inside_the_phase():
+    """--long-schedule own: the short phase decays to 0 at the switch (step 80 of 100), the long phase warms up
+    over its first quarter to --long-lr and decays to 0 at the end; shared: the run's one schedule, as before."""
+    from korbert.schedule import lr_for
+
+    own = PretrainConfig(max_steps=100, warmup=10, lr=1e-3, long_shards="x", long_phase=0.2, long_schedule="own", long_warmup=0.25, long_lr=5e-4)
+    assert lr_for(10, 0.10, own, 100, None, None) == pytest.approx(1e-3)
+    assert lr_for(45, 0.45, own, 100, None, None) == pytest.approx(5e-4)  # halfway from the peak (step 10) to the switch (80)
+    assert lr_for(79, 0.79, own, 100, None, None) == pytest.approx(1e-3 / 70)
+    assert lr_for(80, 0.80, own, 100, None, 0.80) == 0.0  # the long phase's warmup starts
+    assert lr_for(85, 0.85, own, 100, None, 0.80) == pytest.approx(5e-4)  # its peak, a quarter of the way in
+    assert lr_for(90, 0.90, own, 100, None, 0.80) == pytest.approx(5e-4 * 10 / 15)
+    assert lr_for(100, 1.0, own, 100, None, 0.80) == 0.0
+    shared = PretrainConfig(max_steps=100, warmup=10, lr=1e-3, long_shards="x", long_phase=0.2)
+    assert lr_for(90, 0.90, shared, 100, None, 0.80) == pytest.approx(1e-3 * 10 / 90)  # the tail of the run's decay
+
+
+def test_long_phase_own_schedule_and_copied_positions_resume_exactly_across_the_switch(shards_dir, long_shards_dir, tmp_path):
+    """10 steps, the last 3 long (from step 7) with their own warmup and decay and positions 128..255 copied
+    from 0..127 at the switch: the logged lr follows that schedule; runs killed before the switch (checkpoint
+    at 4), at it (checkpoint at 7: the copy happens on resuming) and after it (checkpoint at 8: the copy is not
+    made again) resume to the same losses and weights; the card states the positions and the schedule."""
+    own = dict(tokens_per_batch=2048, pack=True, lr=3e-3, warmup=2, num_workers=0, long_shards=str(long_shards_dir), long_phase=0.3,
+               long_schedule="own", long_warmup=0.34, long_lr=1e-3, long_init="copy")
+    whole = main(cfg(shards_dir, tmp_path / "whole", **own))
+    got = lrs(tmp_path / "whole")
+    # short phase: warmup 2 steps, then linear decay to 0 at step 7; long: progress (step - 7) / 3, warmup 0.34
+    short = [0.0, 1.5e-3, 3e-3, 3e-3 * 4 / 5, 3e-3 * 3 / 5, 3e-3 * 2 / 5, 3e-3 * 1 / 5]
+    long_ = [0.0, 1e-3 * (1 / 3) / 0.34, 1e-3 * (1 - (2 / 3 - 0.34) / 0.66)]
+    assert got == pytest.approx(short + long_), got
+    assert whole["long_phase"] == {"schedule": "own", "warmup": 0.34, "peak_lr": 1e-3, "positions": "copy", "short_len": 128}
+    card = (tmp_path / "whole" / "final" / "README.md").read_text()
+    assert "Positions 0–127 were trained through the whole run, 128–255 only in the long phase, starting as copies of 0–127" in card, card
+    assert "its own learning-rate schedule: warmup over 34% of it to a peak of 1.0e-03, then linear decay to 0" in card
+
+    for kill, save_every in ((6, 4), (8, 7), (9, 4)):  # before the switch, at it, after it
+        out = tmp_path / f"broken{kill}"
+        broken = cfg(shards_dir, out, save_every=save_every, **own)
+        # stopped in this process after step `kill`, as a crash would (a SIGKILLed subprocess inside the long phase:
+        # test_pretrain's long-phase test; here the three cuts cost no further starts of torch)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Trainer, "interval", _stop_after(kill))
+            with pytest.raises(Stopped):
+                main(broken)
+        assert len(losses(out)) == kill
+        main(broken)
+        assert losses(out) == losses(tmp_path / "whole") and lrs(out) == got, kill
+        a, b = weights(tmp_path / "whole"), weights(out)
+        assert all(torch.equal(a[k], b[k]) for k in a), (kill, [k for k in a if not torch.equal(a[k], b[k])][:5])
+
+
+def test_copied_positions_equal_the_trained_rows_tiled_and_leave_128_tokens_unchanged(shards_dir, long_shards_dir, tmp_path):
+    """The copy itself: rows 128..255 become rows 0..127 (tiled), rows 0..127 and a 128-token forward pass are
+    unchanged. In a run: the last step long with lr 0 (the start of its warmup), so final/ holds the
+    copy as made: its rows 128..255 equal its rows 0..127, and a run with --long-init keep has other rows.
+    (4 steps, the last one long.)"""
+    from safetensors.torch import load_file
+    from transformers import BertConfig
+
+    from korbert.model import KorBertForPreTraining
+    from korbert.phases import tile_positions
+
+    torch.manual_seed(0)
+    m = KorBertForPreTraining(BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                                         max_position_embeddings=300)).eval()
+    ids = torch.randint(5, 100, (2, 128))
+    before_rows = m.bert.embeddings.position_embeddings.weight.detach().clone()
+    with torch.no_grad():
+        before = m.bert(input_ids=ids).last_hidden_state
+    tile_positions(m, 128, 300)
+    rows = m.bert.embeddings.position_embeddings.weight.detach()
+    assert torch.equal(rows[:128], before_rows[:128]) and torch.equal(rows[128:256], before_rows[:128]) and torch.equal(rows[256:300], before_rows[:44])
+    with torch.no_grad():
+        assert torch.equal(m.bert(input_ids=ids).last_hidden_state, before)
+
+    common = dict(tokens_per_batch=2048, pack=True, max_steps=4, num_workers=0, long_shards=str(long_shards_dir), long_phase=0.25,
+                  long_schedule="own", long_warmup=0.5)
+    rows = {}
+    for init in ("copy", "keep"):
+        main(cfg(shards_dir, tmp_path / init, long_init=init, **common))
+        rows[init] = load_file(str(tmp_path / init / "final" / "model.safetensors"))[POS]
+    assert torch.equal(rows["copy"][128:256], rows["copy"][:128]) and torch.equal(rows["copy"][:128], rows["keep"][:128])
+    assert not torch.equal(rows["keep"][128:256], rows["keep"][:128])
+
+
+def test_run_key_keeps_old_runs_at_the_defaults_and_names_the_new_settings():
+    """The keys below were computed before the long-phase settings existed: a run at their defaults (shared,
+    keep) keeps its key, so it resumes; own / copy / their warmup and lr make another run; without long
+    shards, none of them counts."""
+    old_plain = "e6e5cc9d7483efc46b4abf0e978fd229209b65abfe5efd1eb9ddb1fa6b453f22"
+    old_long = "70e08e017783ce879c14df795b5f11c70e61ea7d571a030fd3c0338ef136d644"
+
+    def key(**kw):
+        c = PretrainConfig(shards="s", out="o", **kw)
+        return run_key(c, "sk", "th", 1, "fp32", False, "lk" if c.long_shards else "")
+
+    assert key() == old_plain and key(long_schedule="own", long_init="copy", long_lr=1e-4) == old_plain
+    long = dict(long_shards="l", long_phase=0.2)
+    assert key(**long) == old_long == key(**long, long_warmup=0.3, long_lr=1e-4)  # (they apply only to an own schedule)
+    keys = {key(**long, long_schedule="own"), key(**long, long_schedule="own", long_warmup=0.3), key(**long, long_schedule="own", long_lr=1e-4),
+            key(**long, long_init="copy"), old_long}
+    assert len(keys) == 5
+
+
+def test_long_settings_are_checked(shards_dir, long_shards_dir, tmp_path):
+    with pytest.raises(InputError, match="--long-warmup must be in"):
+        main(cfg(shards_dir, tmp_path / "a", long_shards=str(long_shards_dir), long_phase=0.3, long_schedule="own", long_warmup=1.0))
+    with pytest.raises(InputError, match="--long-lr must be"):
+        main(cfg(shards_dir, tmp_path / "b", long_shards=str(long_shards_dir), long_phase=0.3, long_schedule="own", long_lr=-1))
+
+
+def test_korquad_budgets_at_128_and_384_give_the_steps_their_settings_say(model_dir, tmp_path, one_thread):
+    """The same questions make fewer windows at 384 than at 128, so the same --epochs take fewer steps;
+    --epoch-window 128/32/40 counts an epoch in 128-token windows (the steps a run at 128 takes), and
+    --epochs 0 --max-steps N takes N steps at either length."""
+    import math
+
+    from evals.korquad import KorquadConfig, main as korquad
+
+    def run(name, **kw):
+        r = korquad(KorquadConfig(model=str(model_dir), out=str(tmp_path / name), features=str(tmp_path / "features"), max_train_examples=40,
+                                  max_eval_examples=3, batch_size=8, device="cpu", seed=3, threads=1, **kw))
+        return r["training"]["steps"], r["n"]["train_windows"], r
+
+    short = dict(max_len=128, stride=32, max_query_len=40)
+    s128, w128, _ = run("a", epochs=1, **short)
+    s384, w384, _ = run("b", epochs=1)
+    assert w128 > w384 and s128 == math.ceil(w128 / 8) > s384 == math.ceil(w384 / 8)
+    matched, _, r = run("c", epochs=2, epoch_window="128/32/40")
+    assert matched == 2 * s128 and r["training"]["budget"] == {"epochs": 2, "epoch_window": "128/32/40", "windows_per_epoch": w128, "max_steps": 2 * s128}
+    assert run("d", epochs=0, max_steps=7)[0] == run("e", epochs=0, max_steps=7, **short)[0] == 7
+    with pytest.raises(InputError, match="--epoch-window"):
+        run("f", epochs=1, epoch_window="128x32")

@@ -1,0 +1,85 @@
+"""The position measure (`korbert eval positions`): MLM accuracy by position bucket in 512-token windows
+against the same masked tokens in consecutive 128-token windows, on a hand-made model whose predictions
+come from its position embeddings alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from corpus_tools.text import InputError
+from evals.positions import BUCKETS, Specials, score
+
+H = 32  # hidden size = the number of distinct tokens the pattern uses
+SP = Specials(cls=2, sep=3, mask=4, pad=0)
+
+
+def pattern(j: int) -> int:
+    """The token at content index j of a window (it repeats every 126 tokens: a 128-token window's content)."""
+    return 10 + (j % 126) % H
+
+
+def hand_made(zero_past: int | None = None):
+    """A BertForMaskedLM with no layers that predicts from its position embedding alone: position p (content
+    index p - 1) holds the one-hot of pattern(p - 1), the head maps it back to that token. Its input tokens,
+    [MASK] included, are ignored. zero_past=128: rows 128.. zeroed (positions never trained, as it were)."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    c = BertConfig(vocab_size=10 + H, hidden_size=H, num_hidden_layers=0, num_attention_heads=1, intermediate_size=H, max_position_embeddings=512,
+                   hidden_dropout_prob=0.0, tie_word_embeddings=False)
+    m = BertForMaskedLM(c).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        emb = m.bert.embeddings
+        emb.LayerNorm.weight.fill_(1.0)
+        for p in range(1, 512):
+            emb.position_embeddings.weight[p, pattern(p - 1) - 10] = 10.0
+        if zero_past is not None:
+            emb.position_embeddings.weight[zero_past:] = 0.0
+        head = m.cls.predictions
+        head.transform.dense.weight.copy_(torch.eye(H))
+        head.transform.LayerNorm.weight.fill_(1.0)
+        for k in range(H):
+            head.decoder.weight[10 + k, k] = 1.0
+    return m
+
+
+def docs(n: int = 30) -> list[list[int]]:
+    return [[pattern(j) for j in range(510)] for _ in range(n)]
+
+
+def test_a_model_whose_positions_past_128_are_zeroed_scores_lower_there_than_its_reference():
+    r = score(hand_made(zero_past=128), docs(), SP, seed=1, batch_size=4)
+    long, ref, n = r["mlm_acc_by_position"], r["mlm_acc_128_reference"], r["masked_tokens"]
+    assert list(long) == list(ref) == list(n) == list(BUCKETS)
+    assert all(ref[b] == 1.0 for b in BUCKETS) and long["0-127"] == 1.0  # the first window: the same positions in both
+    assert all(long[b] == 0.0 for b in ("128-255", "256-383", "384-511"))
+    assert all(300 < n[b] < 700 for b in BUCKETS), n  # 15% of ~127 positions x 30 windows
+    whole = score(hand_made(), docs(), SP, seed=1, batch_size=4)
+    assert whole["masked_tokens"] == n and all(whole["mlm_acc_by_position"][b] == whole["mlm_acc_128_reference"][b] == 1.0 for b in BUCKETS)
+    other = score(hand_made(), docs(), SP, seed=2, batch_size=4)
+    assert other["masked_tokens"] != n  # the masks come from the seed
+
+
+def test_eval_positions_end_to_end_on_real_texts(model_dir, tmp_path, one_thread):
+    """The CLI's path: texts chosen from a corpus file (documents of >= 512 tokens, recorded by id and sha256),
+    scored with a real tokenizer and model folder; too few masked tokens per bucket is refused before scoring."""
+    from corpus_tools import SAMPLE_DATA
+    from evals.positions import PositionsConfig, TextsConfig, main, select_texts
+
+    texts = tmp_path / "texts.jsonl"
+    sel = select_texts(TextsConfig(corpus=str(SAMPLE_DATA / "petitions.jsonl.gz"), tokenizer=str(model_dir), out=str(texts), skip_first=10, every=2,
+                                   windows=6))
+    rows = [json.loads(line) for line in texts.read_text(encoding="utf-8").splitlines()]
+    assert sel["windows"] >= 6 and len(rows) == sel["documents"] and all(r["index"] >= 10 and r["index"] % 2 == 0 for r in rows)
+    assert all(r["tokens"] >= 512 for r in rows)
+    with pytest.raises(InputError, match=r"masked tokens in bucket .* fewer than --min-per-bucket 20000"):
+        main(PositionsConfig(model=str(model_dir), texts=str(texts), out=str(tmp_path / "r"), device="cpu"))
+    r = main(PositionsConfig(model=str(model_dir), texts=str(texts), out=str(tmp_path / "r"), device="cpu", min_per_bucket=10))
+    saved = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert saved["mlm_acc_by_position"] == r["mlm_acc_by_position"] and set(saved["mlm_acc_by_position"]) == set(BUCKETS)
+    assert saved["texts"]["ids"] == [x["id"] for x in rows] and saved["seed"] == 0 and saved["masking"].startswith("mask-only")
+    assert saved["windows"] == sel["windows"] and all(saved["masked_tokens"][b] >= 10 for b in BUCKETS)
