@@ -26,6 +26,29 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def file_digests(path: str | os.PathLike, with_sha256: bool = True) -> dict:
+    """{"bytes": n, "sha256": hex, "git_blob": hex} in one streaming pass over the file (sha256 only
+    with `with_sha256`). git_blob is the id `git hash-object` gives: sha1(b"blob <size>\\0" + content)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        blob = hashlib.sha1(b"blob %d\0" % size)  # git's object header: the size comes first
+        sha = hashlib.sha256() if with_sha256 else None
+        n = 0
+        while chunk := f.read(1 << 20):
+            n += len(chunk)
+            blob.update(chunk)
+            if sha is not None:
+                sha.update(chunk)
+    if n != size:  # the header promised `size` bytes; the blob id would be wrong
+        raise OSError(f"{path}: changed while being read ({size} bytes, then {n})")
+    return {"bytes": n, **({"sha256": sha.hexdigest()} if sha is not None else {}), "git_blob": blob.hexdigest()}
+
+
+def git_blob_id(path: str | os.PathLike) -> str:
+    """The id `git hash-object` gives the file, and GitHub shows for it."""
+    return file_digests(path, with_sha256=False)["git_blob"]
+
+
 def file_record(path: str | os.PathLike) -> dict:
     """How a manifest names an input file: path, size and sha256 (the content is what counts)."""
     p = Path(path)
@@ -33,6 +56,29 @@ def file_record(path: str | os.PathLike) -> dict:
     if getattr(path, "first", 0):  # text.FirstDocs: only the first N documents are read
         record["first_documents"] = path.first
     return record
+
+
+def file_mode() -> int:
+    """The mode a plain open() gives a new file under this process's umask (0644 under 022).
+    Read from /proc where it can be: setting the umask to read it back would, for that instant,
+    give files other threads create the mode 0666."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            umask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask
+
+
+def plain_modes(folder: str | os.PathLike) -> None:
+    """Give every file in `folder` (not below) `file_mode()`: libraries that write through a private
+    temporary file (safetensors' save_file) leave 0600, which other users of a shared machine or a
+    container cannot read."""
+    mode = file_mode()
+    for p in Path(folder).iterdir():
+        if p.is_file() and not p.is_symlink() and (p.stat().st_mode & 0o777) != mode:
+            os.chmod(p, mode)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -45,9 +91,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+        os.chmod(tmp, file_mode())  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -66,14 +110,22 @@ def versions() -> dict:
     out = {"python": platform.python_version()}
     # kiwipiepy_model: Kiwi's weights, a package of their own that pip can update apart from kiwipiepy
     for mod in ("kiwipiepy", "kiwipiepy_model", "sentencepiece", "tokenizers", "transformers", "torch"):
-        version = getattr(sys.modules.get(mod), "__version__", None)
-        if version is None:
-            try:
-                version = importlib.metadata.version(mod)
-            except importlib.metadata.PackageNotFoundError:
-                continue
-        out[mod] = str(version)
+        version = package_version(mod)
+        if version is not None:
+            out[mod] = version
     return out
+
+
+def package_version(name: str) -> str | None:
+    """A loaded module's `__version__`, else the installed package's metadata (nothing imported); None
+    where it is not installed."""
+    version = getattr(sys.modules.get(name), "__version__", None)
+    if version is None:
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    return str(version)
 
 
 def cpuinfo(field: str) -> str | None:
@@ -184,9 +236,7 @@ class NpyWriter:
                 out.write(block)
             out.flush()
             os.fsync(out.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, file_mode())
         os.replace(tmp, self.path)
         self.raw_path.unlink()
         return h.hexdigest()

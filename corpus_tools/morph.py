@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from itertools import chain
 from typing import Iterable, Sequence
 
@@ -58,17 +57,33 @@ def get_kiwi(num_workers: int = 0, model_type: str = "cong", typos: str | None =
     return _load_kiwi(num_workers or default_threads(), model_type, typos)
 
 
-@lru_cache(maxsize=4)
+_KIWIS: dict[tuple, object] = {}  # (num_workers, model_type, typos) -> this process's Kiwi
+
+
 def _load_kiwi(num_workers: int, model_type: str, typos: str | None):
-    from kiwipiepy import Kiwi
+    key = (num_workers, model_type, typos)
+    kiwi = _KIWIS.get(key)
+    if kiwi is None:
+        from kiwipiepy import Kiwi
 
-    return Kiwi(num_workers=num_workers, model_type=model_type, typos=typos)
+        kiwi = _KIWIS.setdefault(key, Kiwi(num_workers=num_workers, model_type=model_type, typos=typos))
+    return kiwi
 
 
-# A forked child (datasets' `num_proc`, a DataLoader worker) inherits the instance but not its worker
-# threads, and would wait on them forever: it loads its own.
+def _forget_parents_kiwi() -> None:
+    # A forked child (datasets' `num_proc`, a DataLoader worker) inherits the parent's instances but
+    # not their worker threads: using one waits forever, and so does freeing one, even at the child's
+    # exit. The child takes one reference to each that is never given back (they are never freed in
+    # it) and loads its own.
+    import ctypes
+
+    for kiwi in _KIWIS.values():
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(kiwi))
+    _KIWIS.clear()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_load_kiwi.cache_clear)
+    os.register_at_fork(after_in_child=_forget_parents_kiwi)
 
 
 def kiwi_version() -> str:
@@ -87,6 +102,7 @@ def kiwi_versions() -> dict[str, str]:
     import importlib.metadata
     import sys
 
+    # (as corpus_tools.artifacts.package_version: this file travels alone in a model folder's remote code)
     out = {}
     for name in KIWI_PACKAGES:
         version = getattr(sys.modules.get(name), "__version__", None)
@@ -101,13 +117,13 @@ def kiwi_versions() -> dict[str, str]:
 
 def kiwi_differs(recorded: dict, strict: bool = False) -> str | None:
     """"kiwipiepy A / kiwipiepy_model B (installed here: kiwipiepy C / kiwipiepy_model D)" when an
-    artifact's recorded `versions` name another Kiwi than the one installed, else None. strict (a
-    stage's up-to-date check): a package the record lacks counts as another version; otherwise (a
-    warning) only a recorded version that differs does. None where Kiwi is not installed here:
-    nothing could rebuild the artifact, and a stage that needs Kiwi fails on its own."""
+    artifact's recorded `versions` name another Kiwi than the one installed, else None. Only recorded
+    versions are compared (korbert recorded kiwipiepy_model later than kiwipiepy); strict (a stage's
+    up-to-date check): a record without kiwipiepy counts as another Kiwi too. None where Kiwi is not
+    installed here: nothing could rebuild the artifact, and a stage that needs Kiwi fails on its own."""
     now = kiwi_versions()
     then = {k: str(recorded[k]) for k in KIWI_PACKAGES if recorded.get(k)}
-    if not now or (then == now if strict else (not then or all(now.get(k) == v for k, v in then.items()))):
+    if not now or ((not strict or "kiwipiepy" in then) and all(now.get(k) == v for k, v in then.items())):
         return None
     return (" / ".join(f"{k} {then.get(k, '(not recorded)')}" for k in KIWI_PACKAGES)
             + f" (installed here: {' / '.join(f'{k} {v}' for k, v in now.items())})")

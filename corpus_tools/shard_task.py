@@ -11,6 +11,7 @@ sha256, CPU seconds by part) is what the driver (corpus_tools/shards.py) appends
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -198,7 +199,15 @@ def _task_guard(nsmc_test: str, korquad: str, sha256: tuple[str, str]):
     """The evaluation text this process counts in its documents (built once per process and content), or None."""
     if not (nsmc_test or korquad):
         return None
+    import socket
+
+    from corpus_tools.artifacts import sha256_file
     from corpus_tools.guard import EvalText
+
+    for path, want in zip((nsmc_test, korquad), sha256):  # a worker reads them where it runs: the same files?
+        if path and (not os.path.isfile(path) or sha256_file(path) != want):
+            what = "missing" if not os.path.isfile(path) else "another file than the one the shards stage read"
+            raise InputError(f"{path}: this evaluation file is {what} on worker {socket.gethostname()}: put it on a filesystem every worker sees")
 
     return EvalText(nsmc_test=[nsmc_test] if nsmc_test else [], korquad=[korquad] if korquad else [])
 

@@ -37,6 +37,7 @@ masking: corpus_tools/masking.py.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -212,6 +213,22 @@ def _kiwi(folder: Path) -> dict:
     return {k: v for k, v in read_manifest(folder, "shards").get("versions", {}).items() if k in KIWI_PACKAGES}
 
 
+def _same_kiwi_key(folder: Path, before: str, key: str) -> str:
+    """`key` (with the Kiwi versions), or the key shards built before korbert keyed on Kiwi have (`before`)
+    when `folder` holds such shards and the Kiwi they record is the one installed: they stay usable, and
+    so do the pretraining runs keyed on them."""
+    if (folder / "manifest.json").is_file():
+        from corpus_tools.morph import kiwi_differs
+
+        try:
+            old = read_manifest(folder, "shards")
+        except (OSError, ValueError):
+            return key  # (what the folder holds is judged where it is opened)
+        if old.get("key") == before and not kiwi_differs(old.get("versions", {}), strict=True):
+            return before
+    return key
+
+
 def _existing(folder: Path, key: str, force: bool) -> tuple[dict | None, dict]:
     """What `folder` already holds: (its manifest if it is finished with this key, None) and the
     pieces to keep (piece -> record: finished shards whose files are intact). Anything else is refused."""
@@ -319,9 +336,12 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
             del ident[k]
     if cfg.masking == "static":  # the masks written (dynamic shards hold none: their key is as before)
         ident["masking_version"] = MASKING_VERSION
+    def key_of(ident: dict) -> str:
+        return hashlib.sha256(json.dumps([ident, tm["tokenizer_hash"], inputs, FORMAT_VERSION, KEYS], sort_keys=True).encode()).hexdigest()
+
+    key = key_of(ident)
     if runs_kiwi:  # another Kiwi may cut otherwise (plain shards: the key is as before)
-        ident["kiwi"] = _kiwi(folder)
-    key = hashlib.sha256(json.dumps([ident, tm["tokenizer_hash"], inputs, FORMAT_VERSION, KEYS], sort_keys=True).encode()).hexdigest()
+        key = _same_kiwi_key(folder, key, key_of({**ident, "kiwi": _kiwi(folder)}))
 
     if ready_only:
         finished = read_manifest(folder, "shards") if (folder / "manifest.json").is_file() else None
@@ -351,7 +371,9 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
     # Kiwi threads: all cores in one process; their share on a local cluster; one per worker thread on
     # a running cluster (start one worker process per core)
     threads = cfg.kiwi_threads or (max(1, default_threads() // cfg.workers) if cfg.workers else 1 if cfg.scheduler else 0)
-    job = Job(cfg, str(folder.resolve()), threads, mcfg, columns, tuple(guard))
+    # (absolute paths: a Dask worker reads the evaluation files where it runs, and checks their content)
+    evals = {k: str(Path(v).resolve()) for k, v in (("eval_nsmc_test", cfg.eval_nsmc_test), ("eval_korquad", cfg.eval_korquad)) if v}
+    job = Job(dataclasses.replace(cfg, **evals), str(folder.resolve()), threads, mcfg, columns, tuple(guard))
     bar = tqdm(desc="shards", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
     built, mb = 0, 0.0
     runner = run_dask(build_piece, job, todo, cfg, bar) if cfg.workers or cfg.scheduler else run_here(build_piece, job, todo, bar)
@@ -391,6 +413,7 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
         key=key, document_keys=KEYS, masking_version=MASKING_VERSION, config=config, inputs=inputs,
         tokenizer_hash=tm["tokenizer_hash"], tokenizer_path=str(cfg.tokenizer),
         mask_config=vars(mcfg), dtypes=columns, counts=counts, shards=shards, **({"id_map": id_map} if id_map else {}),
+        eval_guard={"nsmc_test": guard[0], "korquad": guard[1], "policy": policy(cfg.keep_eval_text)},
         run={
             "shards_built": built, "shards_reused": len(chunks) - built, "seconds": round(time.time() - t0, 1),
             "engine": f"dask, {cfg.workers} local workers" if cfg.workers else f"dask at {cfg.scheduler}" if cfg.scheduler else "one process",

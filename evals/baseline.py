@@ -1,8 +1,8 @@
 """NSMC baselines: TF-IDF + logistic regression (scikit-learn) over character n-grams and over
 Kiwi morpheme n-grams, trained on the NSMC train file and scored once on the test file.
 
-    korbert eval baseline --train ../shared/data/nsmc/ratings_train.txt \
-        --test ../shared/data/nsmc/ratings_test.txt --out runs/eval-baseline
+    korbert eval baseline --train $KORBERT_DATA/nsmc/ratings_train.txt \
+        --test $KORBERT_DATA/nsmc/ratings_test.txt --out runs/eval-baseline
 
   char:  TfidfVectorizer(analyzer="char", ngram_range=(1, 4)) + LogisticRegression(C=2)
   morph: Kiwi morphemes as "form/tag" tokens (the analyzer options the korbert tokenizer uses),

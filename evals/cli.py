@@ -8,7 +8,7 @@
 
 Each writes results.json (metrics, resolved config, data sha256s, device, seconds, examples/s),
 its predictions and manifest.json to --out. `korbert eval TASK --help` lists the options; the
-defaults read the embedded sample data, pass the full files by path (../shared/data/...).
+defaults read the embedded sample data, pass the full files by path (e.g. in the folder `korbert data get` fills).
 """
 
 from __future__ import annotations

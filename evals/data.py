@@ -1,6 +1,6 @@
 """Benchmark data readers: NSMC (tab-separated) and SQuAD v1 JSON (KorQuAD 1.0), with clear errors.
 
-NSMC (official `ratings_{train,test}.txt`, and NSMC-R in ../shared/data/nsmc):
+NSMC (official `ratings_{train,test}.txt`, and NSMC-R, this project's rebuild):
 
     id<TAB>document<TAB>label          header line, then one review a line; label 0 or 1
 
@@ -173,14 +173,16 @@ def split_articles(n_articles: int, every: int = 5) -> tuple[list[int], list[int
 
 # -- the KorQuAD protocol with a train file ---------------------------------------------------------
 
+# KorQuAD 1.0's (train, dev) files, as git and GitHub name their content: `korbert data get` pins these
+KORQUAD_GIT_BLOBS = ("82e3c5939e5e61a1c4ae94e42676800e88ec52a6", "6849d8c79140447018f5701a0453835c96608a07")
+
+
 def korquad_protocol(train: str | Path, dev: str | Path) -> str:
     """"official" when both files are KorQuAD 1.0's own (the git blob ids `korbert data get` pins),
     else "custom train file"."""
-    from korbert.data_get import DATASETS
-    from korbert.download import git_blob_id
+    from corpus_tools.artifacts import git_blob_id
 
-    pins = tuple(r.git_blob for r in DATASETS["korquad"].remotes)  # (train, dev), in order
-    return "official" if (git_blob_id(train), git_blob_id(dev)) == pins else "custom train file"
+    return "official" if (git_blob_id(train), git_blob_id(dev)) == KORQUAD_GIT_BLOBS else "custom train file"
 
 
 def check_train_apart(train: list[dict], train_path: str | Path, scored: list[QAExample], dev_path: str | Path) -> None:

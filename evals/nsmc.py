@@ -1,7 +1,7 @@
 """NSMC sentiment: fine-tune a model (or its random-init control) and score test accuracy.
 
-    korbert eval nsmc --model runs/pretrain/final --train ../shared/data/nsmc/ratings_train.txt \
-        --test ../shared/data/nsmc/ratings_test.txt --out runs/eval-nsmc
+    korbert eval nsmc --model runs/pretrain/final --train $KORBERT_DATA/nsmc/ratings_train.txt \
+        --test $KORBERT_DATA/nsmc/ratings_test.txt --out runs/eval-nsmc
 
 The model is an exported korbert folder or any local transformers encoder folder (its own
 tokenizer is used). Sequence classification on the first token (AutoModelForSequenceClassification:

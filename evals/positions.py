@@ -1,6 +1,6 @@
 """Are a model's long positions as good as its first 128? MLM accuracy by position, against a short-context reference.
 
-    korbert eval positions-texts --corpus ../shared/data/corpus/kowiki.jsonl.gz --tokenizer runs/cpu/vocab --out texts.jsonl
+    korbert eval positions-texts --corpus $KORBERT_DATA/corpus/kowiki.jsonl.gz --tokenizer runs/cpu/vocab --out texts.jsonl
     korbert eval positions --model runs/cpu/pretrain/final --texts texts.jsonl --out runs/positions
 
 Texts (`positions-texts`). Held-out documents of at least --long-len tokens: from a {"id", "text"}
@@ -17,9 +17,11 @@ and the text's id, are replaced by [MASK] (no 80/10/10: a kept or random token w
 not context). The same masked input is scored two ways:
   1. as one window [CLS] content [SEP] of --long-len tokens (content token j at position j + 1);
   2. cut into consecutive windows [CLS] 126 tokens [SEP] of --short-len: the short-context reference.
-Both are grouped by the token's position in the long window: 0-127, 128-255, 256-383, 384-511. Long
+Both are grouped by the token's position in the long window, in blocks of --short-len: 0-127, 128-255,
+256-383, 384-511 (the scored tokens sit at positions 1-504, so the last block scores 384-504). Long
 positions that work score at least as well with more context as the reference does with less. The
-first bucket is the same positions in both (only the context after 127 differs).
+first block holds nearly the same positions in both: all but its last token (long position 127, the
+first of the second short window).
 
 Writes --out/results.json: mlm_acc_by_position and mlm_acc_128_reference (accuracy per bucket),
 masked_tokens per bucket, the windows and texts (file sha256, ids), the seed, the model folder.
@@ -63,7 +65,7 @@ class PositionsConfig:
     seed: int = C.field(0, "seed of the masks (drawn once per window from it and the text's id)")
     mask_prob: float = C.field(0.15, "share of the scored tokens replaced by [MASK]")
     long_len: int = C.field(512, "tokens per long window ([CLS] + content + [SEP])")
-    short_len: int = C.field(128, "tokens per reference window; --long-len must hold at least 2 of its content")
+    short_len: int = C.field(128, "tokens per reference window; --long-len must be a multiple of it, at least 2 x")
     min_per_bucket: int = C.field(20000, "refuse (before scoring) when a bucket would hold fewer masked tokens than this")
     batch_size: int = C.field(8, "long windows per forward pass (4x as many short ones)")
     device: str = C.field("auto", "auto (cuda if available), cpu or cuda", choices=["auto", "cpu", "cuda"])
@@ -239,8 +241,8 @@ def main(cfg: PositionsConfig) -> dict:
     t0 = time.time()
     if not cfg.texts or not Path(cfg.texts).is_file():
         raise InputError(f"--texts {cfg.texts!r}: no such file (`korbert eval positions-texts` writes one)")
-    if cfg.long_len < 2 * cfg.short_len or not 0 < cfg.mask_prob < 1:
-        raise InputError("--long-len must be at least 2 x --short-len, and --mask-prob in (0, 1)")
+    if cfg.long_len < 2 * cfg.short_len or cfg.long_len % cfg.short_len or not 0 < cfg.mask_prob < 1:
+        raise InputError("--long-len must be a multiple of --short-len, at least 2 x, and --mask-prob in (0, 1)")
     mf = open_folder(cfg.model)
     if mf.config.max_position_embeddings < cfg.long_len:
         raise InputError(f"{mf.where}: {mf.config.max_position_embeddings} positions, fewer than --long-len {cfg.long_len}")

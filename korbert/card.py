@@ -96,6 +96,7 @@ def finetuning_lines(results: dict) -> list[str]:
             continue
         c, t = r["config"], r.get("training") or {}
         cap = f", at most {c['max_steps']:,} steps" if c.get("max_steps") else ""
+        cap += f", epochs counted in {c['epoch_window']} windows" if c.get("epoch_window") else ""  # (len/stride/question)
         steps = f" ({t['steps']:,} steps)" if "steps" in t else ""
         warmup = f"{c['warmup_ratio']:.0%} of the steps" + (f" ({t['warmup_steps']:,})" if "warmup_steps" in t else "") + ", then linear decay"
         stride = f"{c['stride']}" if task == "korquad" else "-"
@@ -141,6 +142,23 @@ def _file_table(head: str, inputs: list[dict]) -> list[str]:
     return rows
 
 
+def eval_text_sentence(corpus: dict) -> str:
+    """What the shards' guard found of the evaluation text they were checked against, and what became of it."""
+    from corpus_tools.guard import KINDS
+
+    g = corpus.get("eval_guard") or {}
+    files = [name for key, name in (("nsmc_test", "the NSMC test file"), ("korquad", "the KorQuAD file")) if g.get(key)]
+    if not files:
+        return ""
+    found = corpus.get("eval_text") or {}
+    if not found:
+        return f" Checked against the evaluation files given ({' and '.join(files)}): no corpus document held their text."
+    what = "; ".join(f"{n:,} {KINDS.get(k, k)}" for k, n in found.items())
+    if g.get("policy") == "keep":
+        return f" **Pretrained on evaluation text** (kept on request): {what}."
+    return f" Left out as evaluation text (not pretrained on): {what}."
+
+
 def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes: list[str] | None = None, datasets: dict | None = None,
               finetuning: dict | None = None) -> str:
     """The card for a model manifest `m` (final/manifest.json); `table`: result rows (korbert.table's),
@@ -176,7 +194,7 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
     if corpus:
         lines += _file_table("file", corpus["inputs"])
         lines += ["", f"{corpus['documents']:,} documents; {corpus['train_instances']:,} training instances of "
-                  f"{corpus['train_tokens']:,} tokens (the shards' counts)."]
+                  f"{corpus['train_tokens']:,} tokens (the shards' counts)." + eval_text_sentence(corpus)]
         long = m.get("long_corpus")
         if long and m.get("long_steps"):
             same = input_ids(long) == input_ids(corpus)
@@ -225,6 +243,11 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
             f"The starting model's own tokenizer ({m['tokenizer_class']}, its files unchanged: sha256 {m['tokenizer_hash'][:12]}); "
             "plain transformers loads it, no korbert or Kiwi needed. Pretraining cut its pairs at Kiwi's sentence boundaries."
         )
+    if ours_tok or plain:  # korbert's own kinds: the export writes the length (korbert.checkpoint.export)
+        length, src = ((m["trained_seq_len"], "the longest sequences pretraining trained") if m.get("trained_seq_len")
+                       else (mc.get("max_position_embeddings"), "max_position_embeddings"))
+        if length:
+            lines += ["", f"`truncation=True` cuts at the tokenizer's model_max_length {length}: {src}."]
     lines += [
         "", "## Usage", "",
         "```python",
@@ -235,6 +258,9 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
         f'fill = pipeline("fill-mask", model="PATH"{remote})',
         'fill("영화가 정말 [MASK]")',
         "```",
+        "",
+        "Loading it for a task (AutoModelForSequenceClassification, ...) makes transformers report unused `cls.*` keys "
+        "(the pretraining heads) and, for token-level heads, `bert.pooler.*`: expected of a pretraining checkpoint.",
     ]
     if table:
         lines += ["", "## Evaluation", "", *render_table(table), ""]

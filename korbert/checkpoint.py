@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from corpus_tools import config as C
-from corpus_tools.artifacts import atomic_write_bytes, write_manifest
+from corpus_tools.artifacts import atomic_write_bytes, plain_modes, write_manifest
 from corpus_tools.masking import MASKING_VERSION
 from corpus_tools.text import InputError
 
@@ -147,7 +147,10 @@ def truncate_log(path: Path, step: int) -> None:
 
 def export(model, tok, folder: Path, manifest_fields: dict, tokenizer_from: Path | None = None) -> None:
     """final/: a plain BertForPreTraining (config.json + model.safetensors) + tokenizer + manifest +
-    the model card (README.md). Written into a temporary folder, then swapped in."""
+    the model card (README.md). Written into a temporary folder, then swapped in; every file with
+    the mode the user's umask gives. The model_max_length of a korbert tokenizer (either kind) is the
+    positions pretraining trained (`trained_seq_len`), else max_position_embeddings; another model's
+    tokenizer files are copied unchanged."""
     from transformers import BertForPreTraining
 
     tmp = folder.with_name(folder.name + ".tmp")
@@ -163,18 +166,25 @@ def export(model, tok, folder: Path, manifest_fields: dict, tokenizer_from: Path
             reorder_vocab(plain, own)
             plain.config.pad_token_id = tok.pad_token_id
     plain.save_pretrained(tmp)
+    # the length its tokenizer cuts at (`truncation=True`): the positions pretraining trained
+    length = manifest_fields.get("trained_seq_len") or plain.config.max_position_embeddings
     if hasattr(tok, "fingerprint"):  # korbert's tokenizer, with its source and auto_map (AutoTokenizer)
         from korbert.hub import add_auto_files
 
         tok.save_pretrained(tmp)
-        add_auto_files(tmp)
+        add_auto_files(tmp, model_max_length=length)
         tokenizer_hash = tok.fingerprint
-    else:  # a continued model's own tokenizer: its files, unchanged, so it loads exactly as the original did
+    else:  # the plain kind, or a continued model's own tokenizer: its files, unchanged, so it loads as the original did
         from korbert.folders import TOKENIZER_FILES, tokenizer_files_sha256
+        from korbert.plain import KIND_KEY
 
         for name in TOKENIZER_FILES:
             if tokenizer_from is not None and (tokenizer_from / name).is_file():
                 shutil.copyfile(tokenizer_from / name, tmp / name)
+        cfg_path = tmp / "tokenizer_config.json"
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
+        if cfg.get(KIND_KEY) == "plain":  # korbert's own kind: its length too (not part of its identity)
+            atomic_write_bytes(cfg_path, (json.dumps({**cfg, "model_max_length": int(length)}, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
         tokenizer_hash = tokenizer_files_sha256(tmp)
     files = sorted(p.name for p in tmp.iterdir() if p.is_file())
     from korbert.model import count_parameters
@@ -185,6 +195,7 @@ def export(model, tok, folder: Path, manifest_fields: dict, tokenizer_from: Path
     from korbert.card import write_card  # README.md, the model card, from that manifest (not in its file list)
 
     write_card(tmp)
+    plain_modes(tmp)  # (safetensors writes model.safetensors 0600)
     old = folder.with_name(folder.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if folder.exists():

@@ -51,6 +51,7 @@ import re
 import sys
 import tarfile
 import time
+import zipfile
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ from typing import Callable
 
 from corpus_tools.artifacts import atomic_write_json, sha256_file
 from corpus_tools.text import InputError
+from evals.data import KORQUAD_GIT_BLOBS
 
 MANIFEST = "korbert-data.json"
 HUB = "https://huggingface.co"
@@ -121,9 +123,9 @@ _register(Dataset(
 _register(Dataset(
     "korquad", "KorQuAD 1.0 train and dev (korquad.github.io, CC BY-ND 2.0 KR)",
     [Remote("korquad/KorQuAD_v1.0_train.json", "https://korquad.github.io/dataset/KorQuAD_v1.0_train.json",
-            git_blob="82e3c5939e5e61a1c4ae94e42676800e88ec52a6"),
+            git_blob=KORQUAD_GIT_BLOBS[0]),
      Remote("korquad/KorQuAD_v1.0_dev.json", "https://korquad.github.io/dataset/KorQuAD_v1.0_dev.json",
-            git_blob="6849d8c79140447018f5701a0453835c96608a07")],
+            git_blob=KORQUAD_GIT_BLOBS[1])],
     ["korquad/KorQuAD_v1.0_train.json", "korquad/KorQuAD_v1.0_dev.json"],
 ))
 
@@ -343,10 +345,12 @@ def _expected(r: Remote, mirror: str | None, mirrored: Callable[[], dict]) -> di
         return {"git_blob": r.git_blob, "sha256": r.sha256, "pinned_by": "the code"}
     if mirror:
         rec = mirrored().get(r.rel)
-        if rec and rec.get("sha256"):
+        other = bool(rec) and any(k in rec and rec[k] != getattr(r, k) for k in ("url", "revision"))
+        if rec and rec.get("sha256") and not other:  # (another pin's file: its checksum says nothing of this one)
             return {"sha256": rec["sha256"], "size": rec.get("bytes"), "pinned_by": "the mirror's manifest"}
         if r.hub:
-            raise InputError(f"{r.rel}: the mirror's {MANIFEST} records no sha256 for it, and without one the file cannot be verified")
+            said = "records it for another revision" if other else "records no sha256 for it"
+            raise InputError(f"{r.rel}: the mirror's {MANIFEST} {said}, and without one the file cannot be verified")
         return {"pinned_by": UNPINNED}
     if r.hub:
         from huggingface_hub import HfApi
@@ -474,8 +478,10 @@ def _get(want: list[str], folder: Path, mirror: str | None, progress: bool, repl
             try:
                 counts = d.derive(folder, paths)
             except (tarfile.TarError, EOFError, OSError, ValueError, KeyError, zlib.error) as e:  # a bad archive or parquet: one line
-                # an input that nothing but its first download vouches for may be the bad one: dropped, fetched again next run
-                dropped = [r.rel for r in d.remotes if manifest["files"][r.rel].get("pinned_by") == UNPINNED]
+                # an input that nothing but its first download vouches for, and that does not decode, may be a bad download:
+                # dropped, fetched again next run (not for disk errors, nor for content that decodes: a refetch gets it again)
+                undecodable = isinstance(e, (tarfile.TarError, EOFError, zlib.error, zipfile.BadZipFile)) or (isinstance(e, OSError) and e.errno is None)
+                dropped = [r.rel for r in d.remotes if manifest["files"][r.rel].get("pinned_by") == UNPINNED] if undecodable else []
                 for rel in dropped:
                     del manifest["files"][rel]
                     (folder / rel).unlink(missing_ok=True)

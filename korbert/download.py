@@ -41,7 +41,6 @@ imported when a download starts).
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import os
@@ -53,6 +52,8 @@ from pathlib import Path, PurePosixPath
 from urllib.error import HTTPError, URLError
 from urllib.parse import quote, unquote, urlparse
 from urllib.request import Request, url2pathname, urlopen
+
+from corpus_tools.artifacts import file_digests, git_blob_id  # noqa: F401  (korbert.download's API too)
 
 CHUNK = 1 << 20
 USER_AGENT = f"korbert-download/1 Python-urllib/{sys.version_info.major}.{sys.version_info.minor}"
@@ -73,36 +74,6 @@ class DownloadError(Exception):
 
 
 # -- digests --------------------------------------------------------------------------------------
-
-
-def _digests(path, with_sha256: bool) -> dict:
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        blob = hashlib.sha1(b"blob %d\0" % size)  # git's object header: the size comes first
-        sha = hashlib.sha256() if with_sha256 else None
-        n = 0
-        while chunk := f.read(CHUNK):
-            n += len(chunk)
-            blob.update(chunk)
-            if sha is not None:
-                sha.update(chunk)
-    if n != size:  # the header promised `size` bytes; the blob id would be wrong
-        raise DownloadError(f"{path}: changed while being read ({size} bytes, then {n})")
-    out = {"bytes": n, "git_blob": blob.hexdigest()}
-    if sha is not None:
-        out["sha256"] = sha.hexdigest()
-    return out
-
-
-def git_blob_id(path) -> str:
-    """The id `git hash-object` gives the file: sha1(b"blob <size>\\0" + content), streamed."""
-    return _digests(path, with_sha256=False)["git_blob"]
-
-
-def file_digests(path) -> dict:
-    """{"bytes": n, "sha256": hex, "git_blob": hex}, in one streaming pass over the file."""
-    d = _digests(path, with_sha256=True)
-    return {"bytes": d["bytes"], "sha256": d["sha256"], "git_blob": d["git_blob"]}
 
 
 def _mismatch(d: dict, size: int | None, git_blob: str | None, sha256: str | None) -> str | None:
@@ -250,7 +221,7 @@ def _http_once(url: str, part: Path, timeout: float, bar, pinned: bool) -> bool:
     headers = {"User-Agent": USER_AGENT}
     if have:
         headers["Range"] = f"bytes={have}-"
-        if source.get("validator"):
+        if source.get("validator") and not pinned:  # a pinned file's checksum catches a splice; a CDN's validator may move
             headers["If-Range"] = source["validator"]  # a changed file comes whole (200), never as the rest of another
     try:
         resp = urlopen(Request(url, headers=headers), timeout=timeout)
@@ -265,7 +236,7 @@ def _http_once(url: str, part: Path, timeout: float, bar, pinned: bool) -> bool:
         length = int(length) if length and length.isdigit() else None
         if have and resp.status == 206:
             first, total = _content_range(resp.headers.get("Content-Range"))
-            if first != have or (source.get("validator") and _validator(resp.headers) not in (None, source["validator"])):
+            if first != have or (not pinned and source.get("validator") and _validator(resp.headers) not in (None, source["validator"])):
                 _drop_part(part)  # not the range asked for, or of another version: start clean rather than guess
                 raise ConnectionError(f"asked for bytes {have}- of {source.get('validator')} and got "
                                       f"{resp.headers.get('Content-Range')} of {_validator(resp.headers)}")

@@ -23,25 +23,41 @@ TOKENIZER_FILES = (
 )
 
 
+NO_LIMIT = int(1e30)  # transformers' model_max_length for "no limit" (VERY_LARGE_INTEGER)
+
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
-def files_sha256(path: Path, names: tuple[str, ...]) -> str:
-    """sha256 over those of `names` that the folder holds (each name and its bytes' sha256)."""
+def files_sha256(path: Path, names: tuple[str, ...], canonical: dict[str, bytes] | None = None) -> str:
+    """sha256 over those of `names` that the folder holds (each name and its bytes' sha256; for a name
+    in `canonical`, those bytes instead of the file's)."""
     import hashlib
 
     from corpus_tools.artifacts import sha256_file
 
     h = hashlib.sha256()
     for name in names:
-        if (Path(path) / name).is_file():
+        if name in (canonical or {}):
+            h.update(name.encode() + b"\0" + hashlib.sha256(canonical[name]).digest())
+        elif (Path(path) / name).is_file():
             h.update(name.encode() + b"\0" + bytes.fromhex(sha256_file(Path(path) / name)))
     return h.hexdigest()
 
 
 def tokenizer_files_sha256(path: Path) -> str:
-    """The tokenizer's identity that can be computed without loading it (no Kiwi needed)."""
-    return files_sha256(path, TOKENIZER_FILES)
+    """The tokenizer's identity that can be computed without loading it (no Kiwi needed). A plain-kind
+    export's tokenizer_config.json counts as its vocabulary folder's file: the export sets the length
+    the model trained at (model_max_length) where transformers saved its "no limit", and is still the
+    tokenizer its shards were made with."""
+    cfg_path = Path(path) / "tokenizer_config.json"
+    canonical = None
+    if cfg_path.is_file():
+        cfg = _read_json(cfg_path, str(path))
+        length = cfg.get("model_max_length")
+        if cfg.get("korbert_kind") == "plain" and isinstance(length, int) and length < NO_LIMIT:  # (korbert.plain.KIND_KEY)
+            text = json.dumps({**cfg, "model_max_length": NO_LIMIT}, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+            canonical = {cfg_path.name: text.encode("utf-8")}  # the file as transformers wrote it (tokenizer.save_pretrained)
+    return files_sha256(path, TOKENIZER_FILES, canonical)
 
 
 def weights_sha256(path: Path) -> str:

@@ -124,10 +124,11 @@ def remote_code_sources() -> dict[str, str]:
     return out
 
 
-def add_auto_files(folder: str | Path, update_manifest: bool = False) -> list[str]:
+def add_auto_files(folder: str | Path, update_manifest: bool = False, model_max_length: int | None = None) -> list[str]:
     """Write the tokenizer's source into `folder` and the `auto_map` entry into its
-    tokenizer_config.json. Returns the names written. `update_manifest`: re-hash the files into
-    the folder's manifest.json (for a folder exported earlier)."""
+    tokenizer_config.json, with `model_max_length` (None: a length saved there stays; with none
+    saved, a model folder gets `korbert.tokenizer.folder_max_length`). Returns the names written.
+    `update_manifest`: re-hash the files into the folder's manifest.json (for a folder exported earlier)."""
     folder = Path(folder)
     cfg_path = folder / "tokenizer_config.json"
     if not cfg_path.is_file():
@@ -138,6 +139,11 @@ def add_auto_files(folder: str | Path, update_manifest: bool = False) -> list[st
         names.append(name)
     cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     cfg["auto_map"] = AUTO_MAP
+    from korbert.tokenizer import _saved_max_length, folder_max_length
+
+    length = model_max_length or _saved_max_length(folder) or folder_max_length(folder)
+    if length:
+        cfg["model_max_length"] = int(length)
     cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
     names.append("tokenizer_config.json")
     backend = folder / "tokenizer.json"
@@ -149,7 +155,9 @@ def add_auto_files(folder: str | Path, update_manifest: bool = False) -> list[st
             backend.write_text(guarded_json(text), encoding="utf-8")
             names.append("tokenizer.json")
     if update_manifest and (folder / "manifest.json").is_file():
-        from corpus_tools.artifacts import atomic_write_json, sha256_file
+        from corpus_tools.artifacts import atomic_write_json, plain_modes, sha256_file
+
+        plain_modes(folder)  # an older export's files safetensors left 0600 get the umask's mode too
 
         m = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
         for name in names:

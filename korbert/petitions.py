@@ -40,8 +40,8 @@ def months(archive: Path, counts: dict) -> Iterator[tuple[str, bytes]]:
                 if hit[1] in found:
                     raise ValueError(f"{archive}: {hit[1]} comes twice ({found[hit[1]].name}, {m.name})")
                 found[hit[1]] = m
-        if listed is None:
-            raise ValueError(f"{archive}: no `files` list at its top to check the months against")
+        if not listed:
+            raise ValueError(f"{archive}: no `files` list at its top naming a month (petitions_YYYY-MM) to check the months against")
         missing = sorted(listed - set(found))
         if missing:
             raise ValueError(f"{archive}: its `files` list names {len(missing)} month(s) not in the archive in any form read "

@@ -45,6 +45,7 @@ def corpus_record(manifest: dict) -> dict:
                     **({"first_documents": i["first_documents"]} if i.get("first_documents") else {})} for i in manifest["inputs"]],
         "documents": manifest["counts"].get("documents_used"), "train_instances": manifest["counts"]["train"]["instances"],
         "train_tokens": manifest["counts"]["train"]["tokens"], "max_seq_len": manifest["config"]["max_seq_len"],
+        **({"eval_guard": manifest["eval_guard"], "eval_text": manifest["counts"].get("eval_text", {})} if manifest.get("eval_guard") else {}),
     }
 
 
@@ -73,6 +74,15 @@ def long_shards_manifest(cfg: PretrainConfig, sm: dict) -> dict:
             f"{where}: built from other input files than --shards ({describe_inputs(lm)} against {describe_inputs(sm)}); "
             "build both from one corpus, or pass --long-other-inputs"
         )
+    guards = lm.get("eval_guard"), sm.get("eval_guard")
+    if None not in guards and guards[0] != guards[1]:  # (shards built before korbert recorded it: not compared)
+        def said(m: dict) -> str:
+            g = m.get("eval_guard") or {}
+            files = [k for k in ("nsmc_test", "korquad") if g.get(k)]
+            return f"{g.get('policy', '?')} the text of {'+'.join(files) or 'no evaluation file'}"
+
+        raise InputError(f"{where}: its evaluation-text guard ({said(lm)}) is not --shards' ({said(sm)}): "
+                         "build both with the same evaluation files and --keep-eval-text setting")
     differ = [k for k in SAME_IN_BOTH if lm["config"].get(k) != sm["config"].get(k)]
     if differ:
         raise InputError(f"{where}: built with other {', '.join('--' + k.replace('_', '-') for k in differ)} than --shards")

@@ -106,6 +106,9 @@ class Trainer:
             raise InputError("--mask-prob must be in (0, 1) and needs dynamic shards (static shards hold their masks)")
         self.init = init_source(cfg, tok, sm["tokenizer_hash"]) if cfg.init_from else None
         self.long_manifest = long_shards_manifest(cfg, sm) if cfg.long_shards else None
+        if cfg.long_shards and cfg.long_init == "copy" and self.init and (self.init["trained_seq_len"] or 0) > sm["config"]["max_seq_len"]:
+            raise InputError(f"--long-init copy: --init-from {cfg.init_from} already trained positions up to "
+                             f"{self.init['trained_seq_len']}; copying rows over them would discard them (use --long-init keep)")
         self.nsp = cfg.objective == "mlm+nsp"
         self.fixed = cfg.fixed_shapes == "on" or (cfg.fixed_shapes == "auto" and cfg.compile and cfg.pack)
         if self.fixed and not cfg.pack:

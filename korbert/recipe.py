@@ -356,8 +356,12 @@ def _key(*parts) -> str:
 
 def eval_key(c, upstream: str) -> str:
     """The key an eval's results are cached under: its config, what it reads (`upstream`: the model
-    folder's key) and its input files' content."""
-    return _key(C.to_dict(c), upstream, _inputs_key(c))
+    folder's key) and its input files' content. A setting added later counts only away from its
+    default, so results cached before it are still found."""
+    config = C.to_dict(c)
+    if config.get("epoch_window") == "":  # (KorQuAD's, issue 58)
+        del config["epoch_window"]
+    return _key(config, upstream, _inputs_key(c))
 
 
 def cached_result(folder: Path, key: str) -> dict | None:

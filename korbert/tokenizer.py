@@ -49,6 +49,12 @@ or transformers' generic `TokenizersBackend` fallback when korbert is not import
 `trust_remote_code` is not given) refuses the file and quotes how to load it. This class swaps the
 guard for "▁" when it reads the file (`_read_backend`); the fingerprint hashes the plain placeholder,
 so folders saved before the guard keep their hash.
+
+Pickle and deepcopy (`datasets` hashes the tokenizer to key `Dataset.map`'s cache and sends it to
+`num_proc` workers): the backend sits in a `_Backend` holder that pickles as its JSON with the
+placeholder and puts the Kiwi step back when loaded. A model folder's tokenizer_config.json names
+`model_max_length` (korbert.checkpoint.export); for one exported before that, `from_pretrained`
+takes `folder_max_length` (the trained positions, else max_position_embeddings).
 """
 
 
@@ -425,6 +431,9 @@ def spm_backend(model_proto: bytes, model_type: str = "unigram", attached: dict[
     return backend
 
 
+_WARNED: set[str] = set()
+
+
 def _warn_other_kiwi(folder) -> None:
     """One line on stderr when the folder's manifest.json records another Kiwi than the one installed:
     the same ids and fingerprint, but Kiwi may now segment some text otherwise than when the vocabulary
@@ -434,6 +443,9 @@ def _warn_other_kiwi(folder) -> None:
     from corpus_tools.morph import kiwi_differs
 
     path = Path(folder, "manifest.json")
+    if str(path.resolve()) in _WARNED:  # once per folder and process, not on every load (Dask tasks, datasets workers)
+        return
+    _WARNED.add(str(path.resolve()))
     try:
         recorded = json.loads(path.read_text(encoding="utf-8"))["versions"]
     except (OSError, ValueError, KeyError, TypeError):  # no manifest (a folder saved by hand), or none that says

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import evals.data
 from corpus_tools.text import InputError
 from korbert import data_get
 from korbert.download import file_digests
@@ -86,6 +87,7 @@ def mirror(tmp_path, monkeypatch):
     for name in ("nsmc", "korquad"):
         d = data_get.DATASETS[name]
         monkeypatch.setitem(data_get.DATASETS, name, replace(d, remotes=[replace(r, git_blob=file_digests(m / r.rel)["git_blob"]) for r in d.remotes]))
+    monkeypatch.setattr(evals.data, "KORQUAD_GIT_BLOBS", tuple(r.git_blob for r in data_get.DATASETS["korquad"].remotes))
     monkeypatch.setattr(data_get, "CRAWL_REVIEWS", 5)
     # what a data folder fetched from the origins records: the mirror's manifest vouches for the Hub files
     manifest = {"files": {r.rel: file_digests(m / r.rel) for r in data_get.DATASETS["kowiki"].remotes}, "datasets": {}}
@@ -253,6 +255,13 @@ def test_petitions_read_a_zipped_month_and_every_month_the_archive_lists_issue_5
     with pytest.raises(InputError, match=r"^petitions: cannot derive .*names 1 month\(s\) not in the archive .*: petitions_2019-03\)"):
         data_get.get(["petitions"], tmp_path / "e", mirror=str(mirror), progress=False)
     assert not (tmp_path / "e" / "corpus" / "petitions.jsonl.gz").exists() and not list((tmp_path / "e").rglob("*.tmp"))
+    # content that decodes but does not check out is kept (a refetch would get the same archive), not dropped
+    assert "downloads/petitions-archive.tar.gz" in json.loads((tmp_path / "e" / data_get.MANIFEST).read_text())["files"]
+    assert (tmp_path / "e" / "downloads" / "petitions-archive.tar.gz").is_file()
+    archive["p-y/files"] = b"2019-01/\nREADME\n"  # a list, but of no month: nothing would be checked
+    (mirror / "downloads" / "petitions-archive.tar.gz").write_bytes(_tar_gz(archive))
+    with pytest.raises(InputError, match=r"no `files` list at its top naming a month"):
+        data_get.get(["petitions"], tmp_path / "f", mirror=str(mirror), progress=False)
 
 
 def test_the_data_folder_is_korbert_data_else_the_user_cache_never_a_folder_beside_the_checkout_issue_59(tmp_path, monkeypatch, capsys):
@@ -441,3 +450,15 @@ def test_a_pin_change_keeps_the_old_file_until_the_new_one_is_verified_issue_59(
         data_get.get(["reviews"], out, mirror=str(mirror), progress=False)
     assert crawl.read_bytes() == before  # the old archive is still there, and still recorded as the old pin's
     assert json.loads((out / data_get.MANIFEST).read_text(encoding="utf-8")) == record
+
+
+def test_a_mirror_record_of_another_pin_does_not_vouch_for_this_one_issue_59(tmp_path, mirror):
+    """A mirror filled under an earlier pin records that pin's URL and revision: its checksum is not this
+    pin's, so a Hub file (which needs one) is refused instead of being recorded under the new revision."""
+    m = mirror
+    manifest = json.loads((m / data_get.MANIFEST).read_text(encoding="utf-8"))
+    for r in data_get.DATASETS["kowiki"].remotes:
+        manifest["files"][r.rel].update(url=r.url.replace(r.revision, "0" * 40), revision="0" * 40)
+    (m / data_get.MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(InputError, match="records it for another revision, and without one the file cannot be verified"):
+        data_get.get(["kowiki"], tmp_path / "out", mirror=str(m), progress=False)

@@ -316,3 +316,19 @@ def test_the_report_says_what_became_of_the_evaluation_text():
     assert keep.startswith("**Evaluation text in the corpus**: 2 documents") and "**They were pretrained on** (`--keep-eval-text`" in keep
     none = _eval_text_line({**c, "eval_text": {}, "eval_text_first_at": {}, "eval_text_by_file": {}})
     assert none.startswith("Evaluation text in the corpus: none found") and none.endswith("so nothing was left out.")
+
+
+def test_a_worker_checks_the_evaluation_files_it_reads_are_the_stages(tmp_path):
+    """A Dask worker reads the evaluation files where it runs: one missing there, or another file under
+    the same path, is refused in one line instead of guarding against other text without a word."""
+    from corpus_tools.artifacts import sha256_file
+    from corpus_tools.shard_task import _task_guard
+
+    want = (sha256_file(NSMC_TEST), "")
+    assert _task_guard(str(NSMC_TEST), "", want).check(nsmc_test_docs(1)[0]) == "nsmc_test_review"
+    other = tmp_path / "ratings_test.txt"
+    other.write_text("id\tdocument\tlabel\n1\t다른 리뷰\t0\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"ratings_test.txt: this evaluation file is another file than the one the shards stage read on worker "):
+        _task_guard(str(other), "", want)
+    with pytest.raises(InputError, match="gone.txt: this evaluation file is missing on worker"):
+        _task_guard(str(tmp_path / "gone.txt"), "", want)

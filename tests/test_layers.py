@@ -18,13 +18,13 @@ LAYERS = [
     ("corpus stages", "corpus_tools", {"vocab", "shards_config", "shards", "pieces", "shard_task", "pairs", "engine", "make_sample"}),
     ("model and pretraining", "korbert", {
         "model", "data", "heldout", "schedule", "runtime", "distributed", "pretrain_config", "phases", "checkpoint", "pretrain",
-        "card", "table",
+        "pretrain_model", "card", "table",
     }),
     ("evaluations", "evals", {
         "__init__", "data", "features", "finetune", "nsmc", "korquad", "korquad_metric", "baseline", "make_bert_folder", "cli",
-        "tokenizer_metrics",
+        "tokenizer_metrics", "positions",
     }),
-    ("the recipe and using a model", "korbert", {"recipe", "report", "cli", "use", "embed", "attention", "serve", "data_get", "download"}),
+    ("the recipe and using a model", "korbert", {"recipe", "report", "cli", "use", "embed", "attention", "serve", "data_get", "download", "petitions"}),
 ]
 
 

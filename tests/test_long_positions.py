@@ -92,9 +92,8 @@ def test_long_phase_own_schedule_and_copied_positions_resume_exactly_across_the_
 
 def test_copied_positions_equal_the_trained_rows_tiled_and_leave_128_tokens_unchanged(shards_dir, long_shards_dir, tmp_path):
     """The copy itself: rows 128..255 become rows 0..127 (tiled), rows 0..127 and a 128-token forward pass are
-    unchanged. In a run: the last step long with lr 0 (the start of its warmup), so final/ holds the
-    copy as made: its rows 128..255 equal its rows 0..127, and a run with --long-init keep has other rows.
-    (4 steps, the last one long.)"""
+    unchanged. In a run of 4 steps, the last one long with lr 0 (the start of its warmup), final/ holds the
+    copy as made: its rows 128..255 equal its rows 0..127, and a run with --long-init keep has other rows."""
     from safetensors.torch import load_file
     from transformers import BertConfig
 
@@ -150,6 +149,14 @@ def test_long_settings_are_checked(shards_dir, long_shards_dir, tmp_path):
         main(cfg(shards_dir, tmp_path / "b", long_shards=str(long_shards_dir), long_phase=0.3, long_schedule="own", long_lr=-1))
 
 
+def test_long_init_copy_refuses_a_start_whose_long_positions_are_trained(shards_dir, long_shards_dir, model_dir, tmp_path):
+    """--init-from a model trained over 512 positions (a folder with no manifest counts as trained over all
+    it has): copying rows 0..127 over its 128..511 at the switch would throw its training away."""
+    with pytest.raises(InputError, match="already trained positions up to 512.*--long-init keep"):
+        main(cfg(shards_dir, tmp_path / "c", long_shards=str(long_shards_dir), long_phase=0.3, long_init="copy", init_from=str(model_dir),
+                 model_size="mini", override=""))
+
+
 def test_korquad_budgets_at_128_and_384_give_the_steps_their_settings_say(model_dir, tmp_path, one_thread):
     """The same questions make fewer windows at 384 than at 128, so the same --epochs take fewer steps;
     --epoch-window 128/32/40 counts an epoch in 128-token windows (the steps a run at 128 takes), and
@@ -159,8 +166,8 @@ def test_korquad_budgets_at_128_and_384_give_the_steps_their_settings_say(model_
     from evals.korquad import KorquadConfig, main as korquad
 
     def run(name, **kw):
-        r = korquad(KorquadConfig(model=str(model_dir), out=str(tmp_path / name), features=str(tmp_path / "features"), max_train_examples=40,
-                                  max_eval_examples=3, batch_size=8, device="cpu", seed=3, threads=1, **kw))
+        r = korquad(KorquadConfig(model=str(model_dir), out=str(tmp_path / name), features=str(tmp_path / "features"), max_train_examples=16,
+                                  max_eval_examples=2, batch_size=8, device="cpu", seed=3, threads=1, **kw))
         return r["training"]["steps"], r["n"]["train_windows"], r
 
     short = dict(max_len=128, stride=32, max_query_len=40)
@@ -172,3 +179,19 @@ def test_korquad_budgets_at_128_and_384_give_the_steps_their_settings_say(model_
     assert run("d", epochs=0, max_steps=7)[0] == run("e", epochs=0, max_steps=7, **short)[0] == 7
     with pytest.raises(InputError, match="--epoch-window"):
         run("f", epochs=1, epoch_window="128x32")
+
+
+def test_korquad_results_cached_before_epoch_window_keep_their_key():
+    """The eval key of a KorQuAD config at the default --epoch-window is the key it had before the
+    setting existed (its config without the field); another window is another key."""
+    import hashlib
+
+    from corpus_tools import config as C
+    from evals.korquad import KorquadConfig
+    from korbert.recipe import _inputs_key, eval_key
+
+    c = KorquadConfig(model="m", dev_file="", out="o")
+    before = {k: v for k, v in C.to_dict(c).items() if k != "epoch_window"}
+    old_key = hashlib.sha256(json.dumps([before, "up", _inputs_key(c)], sort_keys=True, default=str).encode()).hexdigest()
+    assert eval_key(c, "up") == old_key
+    assert eval_key(KorquadConfig(model="m", dev_file="", out="o", epoch_window="128/32/40"), "up") != old_key

@@ -76,6 +76,8 @@ def test_eval_positions_end_to_end_on_real_texts(model_dir, tmp_path, one_thread
     rows = [json.loads(line) for line in texts.read_text(encoding="utf-8").splitlines()]
     assert sel["windows"] >= 6 and len(rows) == sel["documents"] and all(r["index"] >= 10 and r["index"] % 2 == 0 for r in rows)
     assert all(r["tokens"] >= 512 for r in rows)
+    with pytest.raises(InputError, match="--long-len must be a multiple of --short-len"):  # (its last bucket would score nothing)
+        main(PositionsConfig(model=str(model_dir), texts=str(texts), out=str(tmp_path / "r"), device="cpu", long_len=300))
     with pytest.raises(InputError, match=r"masked tokens in bucket .* fewer than --min-per-bucket 20000"):
         main(PositionsConfig(model=str(model_dir), texts=str(texts), out=str(tmp_path / "r"), device="cpu"))
     r = main(PositionsConfig(model=str(model_dir), texts=str(texts), out=str(tmp_path / "r"), device="cpu", min_per_bucket=10))

@@ -636,6 +636,7 @@ def test_long_phase_switches_at_the_planned_step_trains_the_positions_and_resume
     assert whole["trained_seq_len"] == 256 and short["trained_seq_len"] == 128 and whole["long_from_step"] == 7
     fm = json.loads((tmp_path / "whole" / "final" / "manifest.json").read_text())
     assert fm["trained_seq_len"] == 256 and fm["long_steps"] == 3 and fm["long_corpus"]["max_seq_len"] == 256
+    assert json.loads((tmp_path / "whole" / "final" / "tokenizer_config.json").read_text())["model_max_length"] == 256  # issue 65
     assert 0 < fm["eval"]["long_mlm_acc"] < 1 and fm["eval"]["long_instances"] > 0  # the long phase's own held-out figure
     assert all("eval_long_mlm_loss" not in r for r in log[:7]) and "eval_long_mlm_loss" in log[-1]
     card = (tmp_path / "whole" / "final" / "README.md").read_text()
@@ -774,6 +775,14 @@ def test_long_shards_are_checked(shards_dir, long_shards_dir, tmp_path):
     shards_main(ShardsConfig(tokenizer=str(long_shards_dir / "tokenizer"), inputs=[str(half)], out=str(elsewhere), valid_fraction=0.05, show=0, seed=1, max_seq_len=256))
     with pytest.raises(InputError, match="built from other input files than --shards .*half.jsonl.*--long-other-inputs"):
         main(cfg(shards_dir, tmp_path / "e", long_shards=str(elsewhere), long_phase=0.3))
+    # long shards guarded against other evaluation text than --shards (or under the other policy): refused
+    from conftest import SAMPLE
+
+    guarded = tmp_path / "guarded"
+    shards_main(ShardsConfig(tokenizer=str(long_shards_dir / "tokenizer"), inputs=[str(half)], out=str(guarded), valid_fraction=0.05, show=0,
+                             seed=1, max_seq_len=256, eval_nsmc_test=str(SAMPLE / "nsmc_test.txt"), keep_eval_text=True))
+    with pytest.raises(InputError, match=r"evaluation-text guard \(keep the text of nsmc_test\) is not --shards' \(drop the text of no evaluation file\)"):
+        main(cfg(shards_dir, tmp_path / "g", long_shards=str(guarded), long_phase=0.3, long_other_inputs=True))
     main(cfg(shards_dir, tmp_path / "f", long_shards=str(elsewhere), long_phase=0.3, long_other_inputs=True))
     card = (tmp_path / "f" / "final" / "README.md").read_text()
     assert "made from other files" in card and "| long-phase file | bytes | sha256 |" in card and "| half.jsonl |" in card

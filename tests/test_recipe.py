@@ -47,6 +47,7 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
     # the embedded sample holds none of its scored text (corpus_tools/make_sample.py): checked, and said in one line
     assert report["corpus"]["eval_text"] == {} and report["corpus"]["eval_text_policy"] == "drop"
     assert "Evaluation text in the corpus: none found (no document equal to an NSMC test review" in md
+    assert "(the NSMC test file and the KorQuAD file): no corpus document held their text." in (out / "pretrain" / "final" / "README.md").read_text()
     assert f"Corpus given with --corpus, instead of the preset's: `{corpus_file}`" in md  # the preset's description is not the run's
     for plot in report["plots"]:
         assert (out / plot).stat().st_size > 1000
@@ -309,6 +310,15 @@ def test_model_card_names_a_corpus_slice_and_a_license():
     text = card_text(m, m["license"])
     assert "| kowiki.jsonl.gz (its first 3,000 documents) | 10 |" in text and "\nlicense: apache-2.0\n" in text
     assert "5 optimizer steps, 1,000 training tokens, 1.0 min" in text and "model-index" not in text
+    # what the shards' guard left out of the corpus, or kept on request (issue 64); nothing said without eval files
+    assert "evaluation file" not in text and "evaluation text" not in text
+    guard = {"nsmc_test": "ef" * 32, "korquad": "", "policy": "drop"}
+    m["corpus"] = {**m["corpus"], "eval_guard": guard, "eval_text": {}}
+    assert "Checked against the evaluation files given (the NSMC test file): no corpus document held their text." in card_text(m)
+    m["corpus"]["eval_text"] = {"nsmc_test_review": 1234}
+    assert "Left out as evaluation text (not pretrained on): 1,234 documents equal to an NSMC test review" in card_text(m)
+    m["corpus"]["eval_guard"] = {**guard, "policy": "keep"}
+    assert "**Pretrained on evaluation text** (kept on request): 1,234 documents equal to an NSMC test review" in card_text(m)
 
 
 def test_the_card_lists_the_fine_tuning_settings_of_every_score_it_reports(tmp_path):
@@ -342,6 +352,8 @@ def test_the_card_lists_the_fine_tuning_settings_of_every_score_it_reports(tmp_p
     a = scope["args"]
     assert (a.num_train_epochs, a.learning_rate, a.per_device_train_batch_size, a.warmup_steps, a.weight_decay, a.seed) == (3, 7e-5, 24, 0.06, 0.02, 42)
     assert "hidden_dropout_prob=0.05, attention_probs_dropout_prob=0.05, classifier_dropout=0.05" in text
+    windowed = {**korquad, "config": {**korquad["config"], "epoch_window": "128/32/40"}}
+    assert "| KorQuAD 1.0 | 2, epochs counted in 128/32/40 windows (350 steps) |" in card_text(m, "", table, finetuning={"nsmc": nsmc, "korquad": windowed})
     # a task the card does not report gets no row; no results, no section
     no_korquad = [{**table[0], "korquad_em": None, "korquad_f1": None}]
     assert "| KorQuAD 1.0 |" not in card_text(m, "", no_korquad, finetuning={"nsmc": nsmc, "korquad": korquad})

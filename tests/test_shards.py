@@ -370,13 +370,15 @@ def _as_format_1(src: Path, dst: Path) -> Path:
     return dst
 
 
-def _locate(hay: bytes, part: np.ndarray) -> int:
-    """Position of the ids `part` in the int32 ids `hay`, -1 if absent."""
+def _locate(hay: bytes, part: np.ndarray) -> list[int]:
+    """Every position of the ids `part` in the int32 ids `hay` (none if absent)."""
     needle = part.astype(np.int32).tobytes()
-    i = hay.find(needle)
-    while i > 0 and i % 4:  # a match across ids' bytes: look further
+    found, i = [], hay.find(needle)
+    while i >= 0:
+        if i % 4 == 0:  # (not a match across ids' bytes)
+            found.append(i // 4)
         i = hay.find(needle, i + 1)
-    return i // 4 if i >= 0 else -1
+    return found
 
 
 def test_format_2_columns_are_narrow_and_hold_the_documents_ids(dynamic_run, petition_encodings):
@@ -399,11 +401,12 @@ def test_format_2_columns_are_narrow_and_hold_the_documents_ids(dynamic_run, pet
         assert ids.dtype == np.uint16 and units.dtype == np.int8
         assert units[0] == units[b - 1] == units[-1] == -1 and units[1] == 0 and units[b] == units[b - 2] + 1
         for lo, hi in ((1, b - 1), (b, len(ids) - 1)):  # A, B
-            at = _locate(hay, ids[lo:hi])
-            assert at >= 0, (i, lo)
+            found = _locate(hay, ids[lo:hi])
+            assert found, (i, lo)
             if hi - lo >= 8:  # (a short piece may also occur elsewhere, cut into other morphemes)
-                want = np.diff(morphemes[at : at + hi - lo]) != 0
-                assert np.array_equal(np.diff(units[lo:hi]) != 0, want), (i, lo)
+                # a piece that occurs twice (a repeated sentence) must match its morphemes at one of them
+                runs = np.diff(units[lo:hi]) != 0
+                assert any(np.array_equal(runs, np.diff(morphemes[at : at + hi - lo]) != 0) for at in found), (i, lo, found)
                 checked += 1
     assert len(reader) > 500 and checked > 500
 

@@ -120,3 +120,40 @@ def test_segment_spans_merges_overlaps_and_fills_gaps():
     # "했다": 하(0,1) 었(0,1) 다(1,2) -> one merged segment + "다"; an uncovered "#" becomes its own
     assert segment_spans("했다 #x", [(0, 1), (0, 1), (1, 2), (4, 5)]) == [(0, 1), (1, 2), (3, 4), (4, 5)]
     assert segment_spans("ab", [(0, 2), (1, 1)]) == [(0, 2)]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork() only")
+def test_a_forked_child_analyses_with_its_own_kiwi_and_exits(tmp_path):
+    """A child forked after the parent loaded Kiwi (a DataLoader worker, datasets' num_proc) gets the
+    parent's segments and exits normally, interpreter shutdown included: the parent's instance, whose
+    threads the child lacks, is neither used nor freed there."""
+    import subprocess
+    import sys
+
+    code = """
+import os, sys
+from corpus_tools.morph import analyze
+text = "형태소 분석기는 한국어 문장을 나눈다."
+want = analyze([text])
+pid = os.fork()
+if pid == 0:
+    ok = analyze([text]) == want
+    sys.stdout.write("child ok\\n" if ok else "child differs\\n")
+    sys.stdout.flush()
+    sys.exit(0 if ok else 3)  # a normal exit: module teardown and garbage collection run
+_, status = os.waitpid(pid, 0)
+print("child status", os.waitstatus_to_exitcode(status))
+"""
+    import os
+    import signal
+
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # the parent and the child that hangs
+        p.communicate()
+        raise AssertionError("the forked child hung") from None
+    assert p.returncode == 0, err[-2000:]
+    assert out.split("\n")[:2] == ["child ok", "child status 0"], out + err[-2000:]

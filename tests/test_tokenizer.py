@@ -266,7 +266,7 @@ def test_encode_documents_word_cache_stays_correct(tok):
     tok(["x"], split_special_tokens=True)  # HF leaves this switch set on the backend
     assert tok.encode_documents(text)[0]["ids"].tolist() == first
     tok(["x"])
-    cache = tok._piece_cache
+    cache = tok._word_cache()
     size = len(cache.index)
 
     def broken(words):

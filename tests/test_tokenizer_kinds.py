@@ -183,7 +183,16 @@ def test_the_recipe_runs_the_plain_kind_end_to_end_without_kiwi(corpus_file, tmp
     assert "a plain SentencePiece vocabulary" in card and "kiwi" not in card.split("---")[1]
     from transformers import AutoTokenizer
 
-    assert AutoTokenizer.from_pretrained(str(final))("영화 좋다")["input_ids"][0] == 2
+    auto = AutoTokenizer.from_pretrained(str(final))
+    assert auto("영화 좋다")["input_ids"][0] == 2
+    # it cuts where the model was trained (issue 65), and is still the tokenizer the shards were made with
+    m = json.loads((final / "manifest.json").read_text())
+    assert auto.model_max_length == m["trained_seq_len"] < 10_000 and f"model_max_length {m['trained_seq_len']}:" in card
+    shards = json.loads((out / "shards" / "manifest.json").read_text())
+    assert m["tokenizer_hash"] == shards["tokenizer_hash"]
+    from korbert.folders import TOKENIZER_FILES, files_sha256, tokenizer_files_sha256
+
+    assert tokenizer_files_sha256(out / "vocab") == files_sha256(out / "vocab", TOKENIZER_FILES)  # a vocabulary's: its files, as before
 
 
 @pytest.fixture(scope="module")
@@ -291,6 +300,42 @@ def test_the_stages_that_run_kiwi_key_on_its_version_and_plain_does_not_issue_59
             monkeypatch.setattr(morph, "kiwi_versions", lambda: {})  # no Kiwi here: the shards' own record stands
             assert shards_main(cfg, ready_only=True)["key"] == key
         monkeypatch.undo()
+
+
+def test_shards_and_a_vocabulary_built_before_the_kiwi_keys_stay_usable_under_the_same_kiwi(vocab_dir, tmp_path, monkeypatch, capsys):
+    """Shards keyed before korbert keyed on Kiwi (and a vocabulary recorded before kiwipiepy_model was)
+    are reused when the Kiwi they record is the installed one, so the pretraining runs keyed on them
+    continue; under another recorded Kiwi they are not."""
+    import shutil
+
+    import corpus_tools.shards as shards_mod
+    from corpus_tools.shards_config import ShardsConfig
+    from corpus_tools.text import InputError
+    from corpus_tools.vocab import VocabConfig, main
+
+    corpus = write_jsonl(tmp_path / "c.jsonl", sample_texts(200))
+    cfg = ShardsConfig(tokenizer=str(vocab_dir), inputs=[str(corpus)], out=str(tmp_path / "shards"), show=0, seed=1)
+    with monkeypatch.context() as m:
+        m.setattr(shards_mod, "_same_kiwi_key", lambda folder, before, key: before)  # what korbert keyed before
+        old_key = shards_mod.main(cfg)["key"]
+    assert shards_mod.main(cfg, ready_only=True)["key"] == old_key  # reused: no rebuild, the same key
+    manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text(encoding="utf-8"))
+    manifest["versions"]["kiwipiepy"] = "0.0.1"
+    (tmp_path / "shards" / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(InputError, match="no shards built"):
+        shards_mod.main(cfg, ready_only=True)
+    # a vocabulary whose record lacks kiwipiepy_model (recorded later) is up to date; one without kiwipiepy is not
+    folder = tmp_path / "vocab"
+    shutil.copytree(vocab_dir, folder)
+    vm = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    vcfg = VocabConfig(inputs=[i["path"] for i in vm["inputs"]], out=str(folder), vocab_size=3000, num_unused=5, show=0)
+    del vm["versions"]["kiwipiepy_model"]
+    (folder / "manifest.json").write_text(json.dumps(vm), encoding="utf-8")
+    assert main(vcfg, ready_only=True)["tokenizer_hash"] == vm["tokenizer_hash"]
+    del vm["versions"]["kiwipiepy"]
+    (folder / "manifest.json").write_text(json.dumps(vm), encoding="utf-8")
+    with pytest.raises(InputError, match="no vocabulary built"):
+        main(vcfg, ready_only=True)
 
 
 def test_a_vocabulary_of_another_kind_is_rebuilt_and_an_older_morpheme_one_is_not(vocab_dir, corpus_file, tmp_path, capsys):

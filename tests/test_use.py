@@ -175,8 +175,13 @@ def test_folder_saved_before_the_guard_loads_and_gets_it(model4, enc, tmp_path):
     (old / "tokenizer.json").write_text(json.dumps(state), encoding="utf-8")
     tok = KorBertTokenizer.from_pretrained(old)
     assert tok.fingerprint == enc.tok.fingerprint and tok(TEXTS)["input_ids"] == enc.tok(TEXTS)["input_ids"]
+    weights = next(p for p in old.iterdir() if p.suffix in (".safetensors", ".bin"))
+    weights.chmod(0o600)  # as safetensors left an export before issue 65
     assert "tokenizer.json" in add_auto_files(old, update_manifest=True)
     assert GUARD in (old / "tokenizer.json").read_text(encoding="utf-8")
+    from corpus_tools.artifacts import file_mode
+
+    assert weights.stat().st_mode & 0o777 == file_mode()  # readable by the group and others again
     read_manifest(old, "model", verify=True)
     assert "tokenizer.json" not in add_auto_files(old)  # already guarded: left as it is
 
