@@ -22,7 +22,7 @@ LAYERS = [
     }),
     ("evaluations", "evals", {
         "__init__", "data", "features", "finetune", "nsmc", "korquad", "korquad_metric", "baseline", "make_bert_folder", "cli",
-        "tokenizer_metrics", "positions",
+        "tokenizer_metrics", "positions", "klue_metric",
     }),
     ("the recipe and using a model", "korbert", {"recipe", "report", "cli", "use", "embed", "attention", "serve", "data_get", "download", "petitions"}),
 ]
