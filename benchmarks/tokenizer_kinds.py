@@ -21,6 +21,9 @@ documents of each --corpus file (the same documents, sampling and specials for e
     and whose last character ends one (lone "▁" tokens left out: korbert's spans the space, plain's
     the next character; neither bounds text). Plain also puts a "▁" before a text's first word,
     korbert does not: part of their lone-marker counts.
+  * KLUE-NER entity-boundary alignment, where --klue-ner is a file: the same share for the dev set's
+    gold entities (`<경찰:OG>은`: the entity ends where the particle begins). A token that straddles
+    an entity's edge forces one tag on both sides of it in fine-tuning.
 
 Ratios are each kind's over plain's (the baseline a user without Kiwi would run). Writes
 benchmarks/results/tokenizer-kinds.json (machine, command, load average before and after).
@@ -101,6 +104,14 @@ def held_out(korquad: Path, nsmc_test: Path) -> tuple[dict[str, list[str]], list
     return {"korquad_contexts": contexts, "nsmc_test_reviews": reviews}, answers
 
 
+def ner_entities(path: Path) -> list[tuple[str, int, str]]:
+    """The gold entities of a KLUE-NER file as (sentence, start, entity text): answer_alignment's input."""
+    from evals.data import read_klue_ner
+    from evals.klue_metric import entity_spans
+
+    return [(s.text, a, s.text[a:b]) for s in read_klue_ner(path) for _, a, b in entity_spans(s.text, s.tags)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", nargs="+", default=[str(SHARED / "corpus" / f) for f in ("reviews.jsonl.gz", "petitions.jsonl.gz", "kowiki.jsonl.gz")])
@@ -108,6 +119,7 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--korquad", default=str(SHARED / "korquad" / "KorQuAD_v1.0_dev.json"))
     ap.add_argument("--nsmc-test", default=str(SHARED / "nsmc" / "ratings_test.txt"))
+    ap.add_argument("--klue-ner", default=str(SHARED / "klue" / "klue-ner-v1.1_dev.tsv"), help="KLUE-NER TSV (measured when the file exists)")
     ap.add_argument("--work", default="runs/tokenizer-kinds")
     ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tokenizer-kinds.json"))
@@ -119,6 +131,7 @@ def main() -> None:
     corpus = first_docs(a.corpus, a.corpus_docs, work / "corpus.jsonl")
     mb = corpus.stat().st_size / 1e6
     texts, answers = held_out(Path(a.korquad), Path(a.nsmc_test))
+    entities = ner_entities(Path(a.klue_ner)) if Path(a.klue_ner).is_file() else None
     from korbert import foreign
 
     results = {}
@@ -136,11 +149,14 @@ def main() -> None:
                               "vocab_wall_s": round(vocab_wall, 1), "shards_wall_s": round(shards_wall, 1)},
             "held_out": {name: text_stats(tok, t) for name, t in texts.items()},
             "korquad_answer_alignment": answer_alignment(tok, answers),
+            **({"klue_ner_entity_alignment": answer_alignment(tok, entities)} if entities else {}),
         }
         r = results[kind]
         for name, h in r["held_out"].items():
             print(f"{kind:>9} {name}: tokens/char {h['tokens_per_char']}, lone ▁ {h['lone_marker_share_of_tokens']} of tokens, "
                   f"bytes {h['byte_fallback_share']}")
+        if entities:
+            print(f"{kind:>9}: aligned KLUE-NER entities {r['klue_ner_entity_alignment']['aligned_share']}")
         print(f"{kind:>9}: aligned answers {r['korquad_answer_alignment']['aligned_share']}, "
               f"CPU-s/MB vocab {r['preprocessing']['vocab_cpu_s_per_MB']} shards {r['preprocessing']['shards_cpu_s_per_MB']}")
 
@@ -155,6 +171,9 @@ def main() -> None:
                     r["held_out"][name]["tokens_per_char"] / base["held_out"][name]["tokens_per_char"], 3)
             out[f"ratio_{kind}_vs_plain_aligned_share"] = round(
                 r["korquad_answer_alignment"]["aligned_share"] / base["korquad_answer_alignment"]["aligned_share"], 3)
+            if entities:
+                out[f"ratio_{kind}_vs_plain_klue_ner_aligned_share"] = round(
+                    r["klue_ner_entity_alignment"]["aligned_share"] / base["klue_ner_entity_alignment"]["aligned_share"], 3)
             for stage in ("vocab", "shards"):
                 k = f"{stage}_cpu_s_per_MB"
                 out[f"ratio_{kind}_vs_plain_{stage}_cpu"] = round(r["preprocessing"][k] / base["preprocessing"][k], 2)
@@ -172,7 +191,8 @@ def main() -> None:
         "machine": machine(), "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "corpus": {"sources": a.corpus, "documents_each": a.corpus_docs, "MB": round(mb, 2)},
-        "held_out": {"korquad": a.korquad, "nsmc_test": a.nsmc_test, **{name: len(t) for name, t in texts.items()}, "answers": len(answers)},
+        "held_out": {"korquad": a.korquad, "nsmc_test": a.nsmc_test, **{name: len(t) for name, t in texts.items()}, "answers": len(answers),
+                     **({"klue_ner": a.klue_ner, "klue_ner_entities": len(entities)} if entities else {})},
         "vocab_size": a.vocab_size, "kinds": results,
     })
     print(f"-> {a.out}")

@@ -202,3 +202,44 @@ def check_train_apart(train: list[dict], train_path: str | Path, scored: list[QA
 
         raise InputError(f"{train_path}: shares {n(same_ids, 'question id')} and {n(same_ctx, 'paragraph context')} with the "
                          f"{len(scored):,} scored questions of {dev_path}: a train file must hold none of them")
+
+
+# -- KLUE-NER ----------------------------------------------------------------------------------------
+
+@dataclass
+class NerSentence:
+    guid: str
+    text: str  # the sentence, spaces included
+    tags: list[str]  # one per character of text (KLUE tags spaces O)
+
+
+def read_klue_ner(path: str | Path) -> list[NerSentence]:
+    """KLUE-NER's TSV (klue-ner-v1.1_*.tsv): "## " comment lines (the first of a sentence names its guid),
+    then a CHAR<TAB>TAG line per character, spaces included; a blank line between sentences."""
+    path = Path(path)
+    out: list[NerSentence] = []
+    guid, chars, tags = "", [], []
+
+    def close() -> None:
+        if chars:
+            out.append(NerSentence(guid or f"{path.name}:{len(out)}", "".join(chars), list(tags)))
+        chars.clear()
+        tags.clear()
+
+    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+        if not line.strip("\t\r"):  # a blank line (or a lone tab): the sentence ends
+            close()
+            guid = ""
+        elif line.startswith("##"):
+            if not chars and "\t" in line:  # (the last before the characters: the file's own header comes first)
+                guid = line[2:].split("\t")[0].strip()
+        else:
+            ch, sep, tag = line.rstrip("\r").rpartition("\t")
+            if not sep or len(ch) != 1:
+                raise InputError(f"{path}:{n}: expected one character, a tab and its tag, got {line[:40]!r}")
+            chars.append(ch)
+            tags.append(tag)
+    close()
+    if not out:
+        raise InputError(f"{path}: no sentences (not a KLUE-NER TSV?)")
+    return out

@@ -155,3 +155,13 @@ def char_tags(text: str, tags: Sequence[str], offsets: Sequence[tuple[int, int]]
             out[i] = "O" if prefix not in ("B", "I") else (f"B-{kind}" if prefix == "B" and first else f"I-{kind}")
             first = False
     return [t or "O" for t in out]
+
+
+def entity_spans(text: str, tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """A sentence's gold entities as (type, start, end) character spans of `text` (spaces included), read
+    strict-IOB2 over its non-space characters, as they are scored."""
+    if len(tags) != len(text):
+        raise ValueError(f"{len(tags)} tags for {len(text)} characters")
+    where = [i for i, c in enumerate(text) if not c.isspace()]
+    return sorted((kind, where[a], where[b - 1] + 1) for kind, a, b in entities([tags[i] for i in where]))
+

@@ -117,3 +117,45 @@ def test_the_entity_f1_equals_seqeval_strict_iob2_where_seqeval_is_installed():
             continue
         assert ner_entity_f1(ner_g, ner_p) == pytest.approx(
             100 * seqeval.f1_score(ner_g, ner_p, average="macro", mode="strict", scheme=IOB2, zero_division=0))
+
+
+NER_TSV = """## 토큰, 레이블 구분자 : \\t
+## 컬럼명 : CHAR\tNE_TAG
+## klue-ner-v1_dev_00000-wikitree\t<경찰:OG>은 <서울 시청:OG>에
+경\tB-OG
+찰\tI-OG
+은\tO
+ \tO
+서\tB-OG
+울\tI-OG
+ \tI-OG
+시\tI-OG
+청\tI-OG
+에\tO
+
+## klue-ner-v1_dev_00001-nsmc\t<김:PS>모
+김\tB-PS
+모\tO
+"""
+
+
+def test_klue_ner_tsv_and_its_entities_as_character_spans(tmp_path):
+    """The TSV's own header comes before the first sentence's guid line; spaces are rows of their own; an
+    entity is read over the non-space characters and given back as a span of the sentence, spaces inside."""
+    from corpus_tools.text import InputError
+    from evals.data import read_klue_ner
+    from evals.klue_metric import entity_spans
+
+    path = tmp_path / "ner.tsv"
+    path.write_text(NER_TSV, encoding="utf-8")
+    first, second = read_klue_ner(path)
+    assert (first.guid, first.text, second.guid, second.text) == ("klue-ner-v1_dev_00000-wikitree", "경찰은 서울 시청에", "klue-ner-v1_dev_00001-nsmc", "김모")
+    spans = entity_spans(first.text, first.tags)
+    assert [(k, first.text[a:b]) for k, a, b in spans] == [("OG", "경찰"), ("OG", "서울 시청")]
+    # a space tagged O inside an entity does not cut it: only the non-space characters are read
+    tags = list(first.tags)
+    tags[6] = "O"
+    assert [first.text[a:b] for _, a, b in entity_spans(first.text, tags)] == ["경찰", "서울 시청"]
+    path.write_text(NER_TSV.replace("모\tO", "모 O"), encoding="utf-8")
+    with pytest.raises(InputError, match=r"ner.tsv:17: expected one character, a tab and its tag"):
+        read_klue_ner(path)

@@ -415,6 +415,22 @@ def test_answer_alignment_and_text_stats_on_hand_made_cases():
     assert s["byte_fallback_share"] == 0
 
 
+def test_klue_ner_entities_on_token_boundaries_in_the_kinds_benchmark(tmp_path):
+    """benchmarks/tokenizer_kinds.py's KLUE-NER measure: each gold entity is an answer of answer_alignment.
+    A token holding the entity and its particle (경찰은) bounds neither 경찰 nor, across words, 서울 시청."""
+    from evals.tokenizer_metrics import answer_alignment
+    from test_klue_metric import NER_TSV
+
+    path = tmp_path / "ner.tsv"
+    path.write_text(NER_TSV, encoding="utf-8")
+    entities = load_benchmark("tokenizer_kinds").ner_entities(path)
+    assert [(e[1], e[2]) for e in entities] == [(0, "경찰"), (4, "서울 시청"), (0, "김")]
+    whole = hand_made_tokenizer({"▁경찰은": -1.0, "▁서울": -1.0, "▁시청에": -1.0, "▁김모": -1.0, "▁": -2.0})
+    split = hand_made_tokenizer({"▁경찰": -1.0, "은": -1.0, "▁서울": -1.0, "▁시청": -1.0, "에": -1.0, "▁김": -1.0, "모": -1.0, "▁": -2.0})
+    assert answer_alignment(whole, entities) == {"answers": 3, "aligned": 0, "aligned_share": 0.0}
+    assert answer_alignment(split, entities) == {"answers": 3, "aligned": 3, "aligned_share": 1.0}
+
+
 def test_start_coverage_keeps_the_most_frequent_word_start_characters():
     """morpheme-attached's fallback knob on hand-made counts: the fewest most frequent characters that
     begin the asked share of words (ties by character), every character at 1."""
