@@ -205,9 +205,15 @@ def _task_guard(nsmc_test: str, korquad: str, sha256: tuple[str, str]):
     from corpus_tools.guard import EvalText
 
     for path, want in zip((nsmc_test, korquad), sha256):  # a worker reads them where it runs: the same files?
-        if path and (not os.path.isfile(path) or sha256_file(path) != want):
-            what = "missing" if not os.path.isfile(path) else "another file than the one the shards stage read"
-            raise InputError(f"{path}: this evaluation file is {what} on worker {socket.gethostname()}: put it on a filesystem every worker sees")
+        if not path:
+            continue
+        if not os.path.isfile(path):
+            what = "missing"
+        elif sha256_file(path) != want:
+            what = "another file than the one the shards stage read"
+        else:
+            continue
+        raise InputError(f"{path}: this evaluation file is {what} on worker {socket.gethostname()}: put it on a filesystem every worker sees")
 
     return EvalText(nsmc_test=[nsmc_test] if nsmc_test else [], korquad=[korquad] if korquad else [])
 

@@ -36,21 +36,27 @@ def _f1(tp: int, fp: int, fn: int, empty: float) -> float:
     return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else empty
 
 
+def _f1_of(gold: np.ndarray, pred: np.ndarray, empty: float) -> float:
+    """F1 of one class from boolean arrays: where the gold label, and the prediction, is that class."""
+    return _f1(int((pred & gold).sum()), int((pred & ~gold).sum()), int((~pred & gold).sum()), empty)
+
+
+def _pair(gold: Sequence, pred: Sequence, dtype=None) -> tuple[np.ndarray, np.ndarray]:
+    g, p = np.asarray(gold, dtype=dtype), np.asarray(pred, dtype=dtype)
+    if g.shape != p.shape or not g.size:
+        raise ValueError(f"{g.size} gold labels, {p.size} predictions: need as many, and some")
+    return g, p
+
+
 def macro_f1(gold: Sequence, pred: Sequence) -> float:
     """YNAT: F1 per class that occurs in either sequence, averaged, in percent."""
-    gold, pred = np.asarray(gold), np.asarray(pred)
-    if gold.shape != pred.shape or not gold.size:
-        raise ValueError(f"{gold.size} gold labels, {pred.size} predictions: need as many, and some")
-    scores = [_f1(int(((pred == c) & (gold == c)).sum()), int(((pred == c) & (gold != c)).sum()),
-                  int(((pred != c) & (gold == c)).sum()), 0.0) for c in np.union1d(gold, pred)]
-    return 100.0 * float(np.mean(scores))
+    gold, pred = _pair(gold, pred)
+    return 100.0 * float(np.mean([_f1_of(gold == c, pred == c, 0.0) for c in np.union1d(gold, pred)]))
 
 
 def accuracy(gold: Sequence, pred: Sequence) -> float:
     """KLUE-NLI: the share of predictions equal to the gold label, in percent."""
-    gold, pred = np.asarray(gold), np.asarray(pred)
-    if gold.shape != pred.shape or not gold.size:
-        raise ValueError(f"{gold.size} gold labels, {pred.size} predictions: need as many, and some")
+    gold, pred = _pair(gold, pred)
     return 100.0 * float((gold == pred).mean())
 
 
@@ -68,10 +74,8 @@ def pearson(gold: Sequence[float], pred: Sequence[float]) -> float:
 
 def sts_f1(gold: Sequence[float], pred: Sequence[float], threshold: float = 3.0) -> float:
     """KLUE-STS: F1 of "similar" (score >= 3.0) against not, in percent (0 when no pair is similar in either)."""
-    g, p = np.asarray(gold, dtype=np.float64) >= threshold, np.asarray(pred, dtype=np.float64) >= threshold
-    if g.shape != p.shape or not g.size:
-        raise ValueError(f"{g.size} gold scores, {p.size} predictions: need as many, and some")
-    return 100.0 * _f1(int((g & p).sum()), int((~g & p).sum()), int((g & ~p).sum()), 0.0)
+    g, p = _pair(gold, pred, np.float64)
+    return 100.0 * _f1_of(g >= threshold, p >= threshold, 0.0)
 
 
 def entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
@@ -122,9 +126,7 @@ def ner_entity_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) 
 def ner_char_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> float:
     """KLUE-NER character-level macro F1 over all 13 tags, `O` included, in percent."""
     g, p = map(np.asarray, _check(gold, pred))
-    scores = [_f1(int(((p == t) & (g == t)).sum()), int(((p == t) & (g != t)).sum()), int(((p != t) & (g == t)).sum()), 1.0)
-              for t in NER_TAGS]
-    return 100.0 * float(np.mean(scores))
+    return 100.0 * float(np.mean([_f1_of(g == t, p == t, 1.0) for t in NER_TAGS]))
 
 
 def token_tags(text: str, char_tags: Sequence[str], offsets: Sequence[tuple[int, int]]) -> list[str]:

@@ -74,14 +74,13 @@ def long_shards_manifest(cfg: PretrainConfig, sm: dict) -> dict:
             f"{where}: built from other input files than --shards ({describe_inputs(lm)} against {describe_inputs(sm)}); "
             "build both from one corpus, or pass --long-other-inputs"
         )
-    guards = lm.get("eval_guard"), sm.get("eval_guard")
-    if None not in guards and guards[0] != guards[1]:  # (shards built before korbert recorded it: not compared)
-        def said(m: dict) -> str:
-            g = m.get("eval_guard") or {}
+    long_guard, short_guard = lm.get("eval_guard"), sm.get("eval_guard")
+    if None not in (long_guard, short_guard) and long_guard != short_guard:  # (shards built before korbert recorded it: not compared)
+        def said(g: dict) -> str:
             files = [k for k in ("nsmc_test", "korquad") if g.get(k)]
             return f"{g.get('policy', '?')} the text of {'+'.join(files) or 'no evaluation file'}"
 
-        raise InputError(f"{where}: its evaluation-text guard ({said(lm)}) is not --shards' ({said(sm)}): "
+        raise InputError(f"{where}: its evaluation-text guard ({said(long_guard)}) is not --shards' ({said(short_guard)}): "
                          "build both with the same evaluation files and --keep-eval-text setting")
     differ = [k for k in SAME_IN_BOTH if lm["config"].get(k) != sm["config"].get(k)]
     if differ:

@@ -354,13 +354,17 @@ def _key(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+EVAL_SETTINGS_ADDED_LATER = {"epoch_window": ""}  # (KorQuAD's): at these defaults an eval's key is as before them
+
+
 def eval_key(c, upstream: str) -> str:
     """The key an eval's results are cached under: its config, what it reads (`upstream`: the model
     folder's key) and its input files' content. A setting added later counts only away from its
     default, so results cached before it are still found."""
     config = C.to_dict(c)
-    if config.get("epoch_window") == "":  # (KorQuAD's, issue 58)
-        del config["epoch_window"]
+    for k, default in EVAL_SETTINGS_ADDED_LATER.items():
+        if k in config and config[k] == default:
+            del config[k]
     return _key(config, upstream, _inputs_key(c))
 
 

@@ -443,9 +443,10 @@ def _warn_other_kiwi(folder) -> None:
     from corpus_tools.morph import kiwi_differs
 
     path = Path(folder, "manifest.json")
-    if str(path.resolve()) in _WARNED:  # once per folder and process, not on every load (Dask tasks, datasets workers)
+    seen = str(path.resolve())
+    if seen in _WARNED:  # once per folder and process, not on every load (Dask tasks, datasets workers)
         return
-    _WARNED.add(str(path.resolve()))
+    _WARNED.add(seen)
     try:
         recorded = json.loads(path.read_text(encoding="utf-8"))["versions"]
     except (OSError, ValueError, KeyError, TypeError):  # no manifest (a folder saved by hand), or none that says
