@@ -191,20 +191,20 @@ class Job:
     kiwi_threads: int  # 0: all cores (one process alone)
     mcfg: MaskConfig
     columns: dict[str, str]
-    eval_sha256: tuple[str, str] = ("", "")  # the evaluation files' content, which a worker's cached guard must match
+    eval_sha256: tuple[str, ...] = ("", "")  # the evaluation files' content (NSMC, KorQuAD, KLUE...), which a worker's cached guard must match
 
 
 @lru_cache(maxsize=2)
-def _task_guard(nsmc_test: str, korquad: str, sha256: tuple[str, str]):
+def _task_guard(nsmc_test: str, korquad: str, klue: tuple[str, ...], sha256: tuple[str, ...]):
     """The evaluation text this process counts in its documents (built once per process and content), or None."""
-    if not (nsmc_test or korquad):
+    if not (nsmc_test or korquad or klue):
         return None
     import socket
 
     from corpus_tools.artifacts import sha256_file
     from corpus_tools.guard import EvalText
 
-    for path, want in zip((nsmc_test, korquad), sha256):  # a worker reads them where it runs: the same files?
+    for path, want in zip((nsmc_test, korquad, *klue), sha256):  # a worker reads them where it runs: the same files?
         if not path:
             continue
         if not os.path.isfile(path):
@@ -215,7 +215,7 @@ def _task_guard(nsmc_test: str, korquad: str, sha256: tuple[str, str]):
             continue
         raise InputError(f"{path}: this evaluation file is {what} on worker {socket.gethostname()}: put it on a filesystem every worker sees")
 
-    return EvalText(nsmc_test=[nsmc_test] if nsmc_test else [], korquad=[korquad] if korquad else [])
+    return EvalText(nsmc_test=[nsmc_test] if nsmc_test else [], korquad=[korquad] if korquad else [], klue=klue)
 
 
 @lru_cache(maxsize=2)
@@ -237,7 +237,7 @@ def build_piece(job: Job, piece: Piece, data: bytes | None = None, on_batch: Cal
     tok = _task_tokenizer(str(Path(job.folder) / TOKENIZER_DIR), job.kiwi_threads)
     chunk = ShardChunk(piece.name, Path(job.folder), cfg, job.mcfg, job.columns)
     stats = ReadStats()
-    guard = _task_guard(cfg.eval_nsmc_test, cfg.eval_korquad, job.eval_sha256)
+    guard = _task_guard(cfg.eval_nsmc_test, cfg.eval_korquad, tuple(cfg.eval_klue), job.eval_sha256)
     found = Found()  # documents holding evaluation text: left out (skipped as "eval_text") unless keep_eval_text, counted
     cpu = Counter()  # CPU seconds of this thread: reading, the tokenizer's Python side, the recipe
     analysed = 0  # documents through Kiwi so far (the progress bar's count)

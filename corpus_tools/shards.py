@@ -327,8 +327,9 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
         config.pop(k)
     if cfg.masking == "dynamic":
         config["dupe_factor"] = 1
-    ident = {k: v for k, v in config.items() if k not in ("batch_docs", "batch_chars", "eval_nsmc_test", "eval_korquad", "eval_strict", "keep_eval_text")}
-    guard = [sha256_file(f) if f else "" for f in (cfg.eval_nsmc_test, cfg.eval_korquad)]
+    ident = {k: v for k, v in config.items()
+             if k not in ("batch_docs", "batch_chars", "eval_nsmc_test", "eval_korquad", "eval_klue", "eval_strict", "keep_eval_text")}
+    guard = [sha256_file(f) if f else "" for f in (cfg.eval_nsmc_test, cfg.eval_korquad, *cfg.eval_klue)]
     if any(guard):  # what is left out depends on the evaluation files' content and the policy (without them: the key is as before)
         ident["eval_text"] = [*guard, policy(cfg.keep_eval_text)]
     for k, default in (("instances", "document"), ("nsp", True)):  # options added later: at their defaults the key is as before
@@ -373,6 +374,7 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
     threads = cfg.kiwi_threads or (max(1, default_threads() // cfg.workers) if cfg.workers else 1 if cfg.scheduler else 0)
     # (absolute paths: a Dask worker reads the evaluation files where it runs, and checks their content)
     evals = {k: str(Path(v).resolve()) for k, v in (("eval_nsmc_test", cfg.eval_nsmc_test), ("eval_korquad", cfg.eval_korquad)) if v}
+    evals["eval_klue"] = [str(Path(v).resolve()) for v in cfg.eval_klue]
     job = Job(dataclasses.replace(cfg, **evals), str(folder.resolve()), threads, mcfg, columns, tuple(guard))
     bar = tqdm(desc="shards", unit="doc", unit_scale=True, disable=None, file=sys.stderr)
     built, mb = 0, 0.0
@@ -413,7 +415,7 @@ def main(cfg: ShardsConfig, on_piece: Callable[[str], None] | None = None, ready
         key=key, document_keys=KEYS, masking_version=MASKING_VERSION, config=config, inputs=inputs,
         tokenizer_hash=tm["tokenizer_hash"], tokenizer_path=str(cfg.tokenizer),
         mask_config=vars(mcfg), dtypes=columns, counts=counts, shards=shards, **({"id_map": id_map} if id_map else {}),
-        eval_guard={"nsmc_test": guard[0], "korquad": guard[1], "policy": policy(cfg.keep_eval_text)},
+        eval_guard={"nsmc_test": guard[0], "korquad": guard[1], **({"klue": guard[2:]} if guard[2:] else {}), "policy": policy(cfg.keep_eval_text)},
         run={
             "shards_built": built, "shards_reused": len(chunks) - built, "seconds": round(time.time() - t0, 1),
             "engine": f"dask, {cfg.workers} local workers" if cfg.workers else f"dask at {cfg.scheduler}" if cfg.scheduler else "one process",

@@ -53,6 +53,7 @@ class ShardsConfig:
     strict: bool = C.field(False, "fail on the first unusable document instead of counting it")
     eval_nsmc_test: str = C.field("", "an NSMC-format test file: leave out (and count) the documents whose letters and digits alone equal one of its reviews")
     eval_korquad: str = C.field("", "a KorQuAD (SQuAD-format) file: leave out (and count) the documents sharing a 48-character run with one of its contexts")
+    eval_klue: list[str] = C.field([], "KLUE dev files (NER .tsv; NLI, STS, YNAT .json): leave out (and count) the documents equal to one of their texts by letters and digits, holding one whole, or sharing a 48-character run with one")
     eval_strict: bool = C.field(False, "refuse a corpus holding such documents instead of leaving them out")
     keep_eval_text: bool = C.field(False, "keep such documents (counted, and pretrained on) instead of leaving them out")
     seed: int = C.field(0, "seed for every random choice")

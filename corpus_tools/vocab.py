@@ -73,6 +73,7 @@ class VocabConfig:
     one_doc_per_line: bool = C.field(False, "plain text: every line is a document (default: blank-line separated)")
     eval_nsmc_test: str = C.field("", "an NSMC-format test file: leave out of the sample (and count) the documents whose letters and digits alone equal one of its reviews")
     eval_korquad: str = C.field("", "a KorQuAD (SQuAD-format) file: leave out of the sample (and count) the documents sharing a 48-character run with one of its contexts")
+    eval_klue: list[str] = C.field([], "KLUE dev files (NER .tsv; NLI, STS, YNAT .json): leave out of the sample (and count) the documents equal to one of their texts by letters and digits, holding one whole, or sharing a 48-character run with one")
     eval_strict: bool = C.field(False, "refuse a corpus holding such documents instead of leaving them out")
     keep_eval_text: bool = C.field(False, "keep such documents in the sample (counted) instead of leaving them out")
     seed: int = C.field(0, "seed for the sentence sample")
@@ -198,7 +199,7 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
     inputs = [file_record(f) for f in files]
     config = {**C.to_dict(cfg), "threads": threads, "kiwi": DEFAULT_KIWI, "sampling": SAMPLING}
     config.pop("force"), config.pop("show"), config.pop("out")
-    evals = [config.pop(k) for k in ("eval_nsmc_test", "eval_korquad")]
+    evals = [config.pop(k) for k in ("eval_nsmc_test", "eval_korquad")] + config.pop("eval_klue")
     config.pop("eval_strict"), config.pop("keep_eval_text")  # (strict refuses; it changes nothing built)
     if any(evals):  # the evaluation files' content and the policy (without them: the vocabulary's identity is as before)
         config["eval_text"] = [*(sha256_file(f) if f else "" for f in evals), policy(cfg.keep_eval_text)]
@@ -227,7 +228,7 @@ def main(cfg: VocabConfig, ready_only: bool = False) -> dict:
 
     t0 = time.time()
     stats = ReadStats()
-    guard = EvalText(nsmc_test=[evals[0]] if evals[0] else [], korquad=[evals[1]] if evals[1] else []) if any(evals) else None
+    guard = EvalText(nsmc_test=[evals[0]] if evals[0] else [], korquad=[evals[1]] if evals[1] else [], klue=evals[2:]) if any(evals) else None
     found = Found()
     docs, chars = sample_documents(files, inputs, cfg, stats, guard, found)
     t_read = time.time() - t0

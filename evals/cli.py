@@ -3,6 +3,7 @@
     korbert eval nsmc      --model DIR [--control] ...   NSMC sentiment: fine-tune, test accuracy
     korbert eval korquad   --model DIR [--control] ...   KorQuAD 1.0: fine-tune, EM / F1 (official scorer)
     korbert eval baseline  [--analyzer char|morph|both]  NSMC: TF-IDF + logistic regression (char / Kiwi morpheme n-grams)
+    korbert eval klue-nli  --model DIR --dev-file F [--train-file F]   KLUE-NLI: fine-tune, accuracy (klue-sts, klue-ner, ynat alike)
     korbert eval positions --model DIR --texts FILE      MLM accuracy by position in 512-token windows vs 128-token ones
     korbert eval positions-texts --corpus F --tokenizer DIR   held-out texts of >= 512 tokens for it
 
@@ -46,7 +47,17 @@ def _positions_texts(argv: list[str]) -> dict:
     return texts_cli(argv)
 
 
-TASKS = {"nsmc": _nsmc, "korquad": _korquad, "baseline": _baseline, "positions": _positions, "positions-texts": _positions_texts}
+def _klue(task: str):
+    def run(argv: list[str]) -> dict:
+        from evals.klue import cli
+
+        return cli(task, argv)
+
+    return run
+
+
+TASKS = {"nsmc": _nsmc, "korquad": _korquad, "baseline": _baseline, "positions": _positions, "positions-texts": _positions_texts,
+         **{t: _klue(t) for t in ("klue-nli", "klue-sts", "klue-ner", "ynat")}}
 
 
 def main(argv: list[str] | None = None) -> dict | None:

@@ -217,6 +217,8 @@ def read_klue_ner(path: str | Path) -> list[NerSentence]:
     """KLUE-NER's TSV (klue-ner-v1.1_*.tsv): "## " comment lines (the first of a sentence names its guid),
     then a CHAR<TAB>TAG line per character, spaces included; a blank line between sentences."""
     path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such file (KLUE-NER; `korbert data get klue` fetches KLUE's files)")
     out: list[NerSentence] = []
     guid, chars, tags = "", [], []
 

@@ -432,3 +432,48 @@ def korquad(root, mf, path: str, examples: list, max_len: int, stride: int, max_
     cached = get(root, "korquad", mf, {"file": path}, {"max_len": max_len, "stride": stride, "max_query_len": max_query_len}, build, rebuild)
     cached.columns["offsets"] = [[tuple(o) if o[0] >= 0 else None for o in offs] for offs in cached.columns["offsets"]]
     return cached
+
+
+# -- KLUE ------------------------------------------------------------------------------------------
+
+
+def klue(root, mf, task: str, path: str, rows: dict, max_len: int, rebuild: bool = False) -> Cached:
+    """KLUE features of every example of `path` (`task`: klue-nli, klue-sts, klue-ner or ynat). `rows`: {"a": texts, "b": second texts or absent,
+    "label": labels} for the sentence tasks (NLI, STS: `[CLS] a [SEP] b [SEP]` cut longest first; YNAT:
+    `[CLS] a [SEP]`), {"text", "tags"} for NER: input_ids, token_type_ids, each token's character
+    offsets and its tag index (evals.klue_metric.token_tags; -100 on special tokens, never trained on).
+    Cut at max length, exactly as `tok(..., truncation=True)`."""
+    if max_len < 3:
+        raise InputError(f"--max-len must be at least 3, got {max_len}")
+    ner = "tags" in rows
+
+    def build(tok, folder: Path, key: str):
+        from evals.klue_metric import NER_TAGS, token_tags
+
+        index = {t: i for i, t in enumerate(NER_TAGS)}
+
+        def fn(batch):
+            if ner:
+                enc = tok(batch["text"], truncation=True, max_length=max_len, return_offsets_mapping=True)
+            else:
+                enc = tok(batch["a"], batch["b"] if "b" in batch else None, truncation=True, max_length=max_len)
+            out = {"input_ids": enc["input_ids"], "token_type_ids": enc.get("token_type_ids") or [[0] * len(x) for x in enc["input_ids"]]}
+            if not ner:
+                return {**out, "label": batch["label"]}
+            offsets, labels = [], []
+            for i, (text, tags) in enumerate(zip(batch["text"], batch["tags"])):
+                seq = enc.sequence_ids(i)
+                offs = [list(o) if s is not None else [0, 0] for o, s in zip(enc["offset_mapping"][i], seq)]
+                gold = token_tags(text, tags, [tuple(o) for o in offs])
+                offsets.append(offs)
+                labels.append([index[t] if s is not None else -100 for t, s in zip(gold, seq)])
+            return {**out, "offsets": offsets, "labels": labels}
+
+        ds = _map(rows, fn, folder, "examples.arrow", key, f"features {Path(path).name}")
+        import pyarrow.compute as pc
+
+        tokens = pc.sum(pc.list_value_length(ds.data.column("input_ids").combine_chunks())).as_py() or 0
+        return ["examples.arrow"], {"examples": len(ds), "tokens": tokens}
+
+    settings = {"max_len": max_len, **({"tags": "first non-space character, v1"} if ner else {})}  # (the rule is in the key)
+    return get(root, task, mf, {"file": path}, settings, build, rebuild)

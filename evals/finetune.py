@@ -126,12 +126,13 @@ def set_dropout(config, p: float) -> dict:
 
 def load_model(folder: str | ModelFolder, task: str, control: bool, seed: int, num_labels: int = 2,
                dropout: float = FINETUNE_DROPOUT) -> Loaded:
-    """task "cls" (sequence classification on [CLS]) or "qa" (span start/end). The tokenizer is
+    """task "cls" (sequence classification on [CLS]; num_labels=1: regression), "token" (a class per
+    token) or "qa" (span start/end). The tokenizer is
     not loaded (see ModelFolder). `dropout` replaces the folder config's dropout (set_dropout), for the
     pretrained model and the control alike."""
     import torch
     import transformers
-    from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
+    from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
     mf = folder if isinstance(folder, ModelFolder) else open_folder(folder, weights=not control)
     config = copy.deepcopy(mf.config)
@@ -142,6 +143,9 @@ def load_model(folder: str | ModelFolder, task: str, control: bool, seed: int, n
     if task == "cls":
         config.num_labels = num_labels
         auto = AutoModelForSequenceClassification
+    elif task == "token":
+        config.num_labels = num_labels
+        auto = AutoModelForTokenClassification
     elif task == "qa":
         auto = AutoModelForQuestionAnswering
     else:
@@ -207,7 +211,14 @@ def collate(feats: list[dict], idxs: list[int], label_keys: tuple[str, ...] = ()
         mask[r, :k] = 1
     out = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
     for key in label_keys:
-        out[key] = torch.tensor([feats[i][key] for i in idxs], dtype=torch.long)
+        values = [feats[i][key] for i in idxs]
+        if isinstance(values[0], list):  # a label per token (token classification): padded with -100, ignored
+            labels = torch.full((len(idxs), n), -100, dtype=torch.long)
+            for r, v in enumerate(values):
+                labels[r, : len(v)] = torch.tensor(v, dtype=torch.long)
+            out[key] = labels
+        else:  # a class, or a real value (regression)
+            out[key] = torch.tensor(values, dtype=torch.float32 if isinstance(values[0], float) else torch.long)
     return out
 
 

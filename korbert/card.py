@@ -147,12 +147,14 @@ def eval_text_sentence(corpus: dict) -> str:
     from corpus_tools.guard import KINDS
 
     g = corpus.get("eval_guard") or {}
-    files = [name for key, name in (("nsmc_test", "the NSMC test file"), ("korquad", "the KorQuAD file")) if g.get(key)]
+    files = [name for key, name in (("nsmc_test", "the NSMC test file"), ("korquad", "the KorQuAD file"), ("klue", "the KLUE dev files"))
+             if g.get(key)]
     if not files:
         return ""
     found = corpus.get("eval_text") or {}
     if not found:
-        return f" Checked against the evaluation files given ({' and '.join(files)}): no corpus document held their text."
+        named = files[0] if len(files) == 1 else f"{', '.join(files[:-1])} and {files[-1]}"
+        return f" Checked against the evaluation files given ({named}): no corpus document held their text."
     what = "; ".join(f"{n:,} {KINDS.get(k, k)}" for k, n in found.items())
     if g.get("policy") == "keep":
         return f" **Pretrained on evaluation text** (kept on request): {what}."

@@ -9,17 +9,19 @@ The data folder's layout is what the presets read:
 
     nsmc/ratings_train.txt, nsmc/ratings_test.txt        NSMC v1.0 (e9t/nsmc): the official split
     korquad/KorQuAD_v1.0_train.json, ..._dev.json        KorQuAD 1.0 (korquad.github.io)
+    klue/klue-nli-v1.1_train.json, ..._dev.json, ...     KLUE v1.1 NLI, STS, NER (.tsv) and YNAT (KLUE-benchmark/KLUE)
     corpus/reviews.jsonl.gz                              the NSMC crawl (e9t/nsmc raw/) minus the NSMC test reviews
     corpus/petitions.jsonl.gz                            lovit/petitions_archive
     corpus/kowiki.jsonl.gz                               Korean Wikipedia (wikimedia/wikipedia, 20231101.ko) minus
                                                          the KorQuAD dev articles (titles compared with `_` as a
                                                          space) and every article sharing a 48-character run
-                                                         with a dev context
+                                                         with a dev context; both corpora also minus KLUE's dev
+                                                         text where klue/ holds it (korbert/corpora.py)
     downloads/                                           what the corpora were derived from (kept: re-runs and mirrors)
     korbert-data.json                                    the manifest: sources, revisions, bytes, checksums, counts
 
 Integrity. Every download is checked before it takes its final name:
-  * the four evaluation files against the git blob ids the code carries (the id GitHub shows);
+  * the evaluation files (NSMC, KorQuAD, KLUE) against the git blob ids the code carries (the id GitHub shows);
   * the Wikipedia parquet files against the sha256 of their LFS pointers at the pinned Hub commit
     (the commit id fixes the pointers, and so the sha256);
   * the GitHub archives of the two crawls at pinned commits: GitHub does not promise byte-stable
@@ -43,11 +45,8 @@ changed. Nothing here runs at import: tests serve these files from 127.0.0.1 thr
 from __future__ import annotations
 
 import argparse
-import gzip
-import io
 import json
 import os
-import re
 import sys
 import tarfile
 import time
@@ -61,6 +60,8 @@ from typing import Callable
 from corpus_tools.artifacts import atomic_write_json, sha256_file
 from corpus_tools.text import InputError
 from evals.data import KORQUAD_GIT_BLOBS
+from evals.klue_data import KLUE_COMMIT, KLUE_FILES, KLUE_GIT_BLOBS
+from korbert.corpora import derive_kowiki, derive_petitions, derive_reviews, klue_dev
 
 MANIFEST = "korbert-data.json"
 HUB = "https://huggingface.co"
@@ -70,8 +71,6 @@ NSMC_COMMIT = "b6232e69290a826104357381560e18adbad23473"  # e9t/nsmc, with raw/ 
 PETITIONS_COMMIT = "03dc3f3d69e03a0a4885350c6991e328fc0a6b81"
 WIKI_REPO, WIKI_REVISION, WIKI_CONFIG = "wikimedia/wikipedia", "41e6bc09f9122942bcda3499cdbf38a97cb835cc", "20231101.ko"
 WIKI_FILES = [f"{WIKI_CONFIG}/train-{i:05d}-of-00003.parquet" for i in range(3)]
-# the crawl behind NSMC, as counted when this project's NSMC-R was rebuilt from it (../shared/data/README.md)
-CRAWL_REVIEWS = 712_404
 # each corpus's filtering rules below: a change re-derives that corpus (kowiki 2: titles compared with `_` as a space;
 # petitions 2: months in any form, checked against the archive's `files` list)
 DERIVATION = {"reviews": 1, "petitions": 2, "kowiki": 2}
@@ -96,6 +95,7 @@ class Dataset:
     outputs: list[str]  # paths in the data folder a preset reads
     needs: list[str] = field(default_factory=list)  # other datasets its derivation reads
     derive: Callable | None = None  # derive(folder, remotes' paths) -> counts
+    reads_if_there: Callable | None = None  # folder -> other files its derivation reads where the folder has them
 
 
 def _gh(repo: str, path: str, ref: str) -> str:
@@ -130,147 +130,21 @@ _register(Dataset(
 ))
 
 
-# --- the pretraining corpora: derived, with the evaluation text taken out ---------------------
-
-def _write_jsonl_gz(path: Path, rows) -> None:
-    """Rows as JSON Lines, gzip (mtime 0: the same rows give the same bytes), atomically (a failure
-    while writing leaves the file there before untouched)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
-            buf = io.BufferedWriter(gz, 1 << 20)
-            for row in rows:
-                buf.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
-            buf.flush()
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+_register(Dataset(
+    "klue", f"KLUE v1.1 train and dev of NLI, STS, NER and YNAT (KLUE-benchmark/KLUE at {KLUE_COMMIT[:7]}, CC BY-SA 4.0)",
+    [Remote(f"klue/{name}", _gh("KLUE-benchmark/KLUE", f"klue_benchmark/{name.rsplit('_', 1)[0]}/{name}", KLUE_COMMIT),
+            git_blob=KLUE_GIT_BLOBS[name], revision=KLUE_COMMIT)
+     for stem, ext in KLUE_FILES.values() for name in (f"{stem}_train.{ext}", f"{stem}_dev.{ext}")],
+    [f"klue/{stem}_{split}.{ext}" for stem, ext in KLUE_FILES.values() for split in ("train", "dev")],
+))
 
 
-def _tar_members(path: Path, keep: Callable[[str], bool]):
-    """(name, bytes) of the archive's regular files that `keep`, sorted by name (archive order is GitHub's)."""
-    with tarfile.open(path, "r:gz") as tar:
-        members = sorted((m for m in tar.getmembers() if m.isfile() and keep(m.name)), key=lambda m: m.name)
-        for m in members:
-            yield m.name, tar.extractfile(m).read()
-
-
-def _progress(total: int | None, unit: str, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit=unit, desc=desc, unit_scale=True, disable=None, file=sys.stderr)
-
-
-def derive_reviews(folder: Path, downloads: dict[str, Path]) -> dict:
-    """The crawl's reviews minus every NSMC test review: by id, and by letters and digits alone."""
-    from corpus_tools.guard import EvalText
-
-    test = folder / "nsmc" / "ratings_test.txt"
-    guard = EvalText(nsmc_test=[test])
-    with open(test, encoding="utf-8") as fh:
-        next(fh)
-        test_ids = {line.split("\t", 1)[0] for line in fh}
-    counts = {"crawl_reviews": 0, "empty": 0, "nsmc_test_id": 0, "nsmc_test_text": 0, "duplicate_id": 0, "documents": 0}
-    seen: set[str] = set()
-
-    def rows():
-        bar = _progress(None, " files", "reviews")
-        for _, data in _tar_members(downloads["crawl"], lambda n: re.search(r"/raw/[^/]+\.json$", n) is not None):
-            bar.update(1)
-            for r in json.loads(data):
-                counts["crawl_reviews"] += 1
-                rid, text = str(r.get("review_id", "")), (r.get("review") or "").strip()
-                if not text:
-                    counts["empty"] += 1
-                elif rid in test_ids:
-                    counts["nsmc_test_id"] += 1
-                elif guard.is_review(text):
-                    counts["nsmc_test_text"] += 1
-                elif rid in seen:
-                    counts["duplicate_id"] += 1
-                else:
-                    seen.add(rid)
-                    counts["documents"] += 1
-                    yield {"id": f"review-{rid}", "text": text}
-        bar.close()
-
-    _write_jsonl_gz(folder / "corpus" / "reviews.jsonl.gz", rows())
-    if counts["crawl_reviews"] != CRAWL_REVIEWS:  # the archive has no checksum the code carries: what it holds is compared
-        counts["warning"] = (f"{downloads['crawl']}: the crawl holds {counts['crawl_reviews']:,} reviews, not the {CRAWL_REVIEWS:,} "
-                             f"counted in e9t/nsmc raw/ when this project's NSMC-R was rebuilt from it")
-        print(f"WARNING: {counts['warning']}", file=sys.stderr)
-    return counts
-
-
-def derive_petitions(folder: Path, downloads: dict[str, Path]) -> dict:
-    """Every month of the archive, each checked against its `files` list (korbert/petitions.py)."""
-    from korbert.petitions import months
-
-    counts = {"months": 0, "months_listed": 0, "petitions": 0, "empty": 0, "documents": 0}
-
-    def rows():
-        for month, data in months(downloads["archive"], counts):
-            for i, line in enumerate(data.decode("utf-8").split("\n")):  # not splitlines(): U+2028 may sit inside a string
-                if not line.strip():
-                    continue
-                p = json.loads(line)
-                counts["petitions"] += 1
-                text = (p.get("content") or "").strip()
-                if not text:
-                    counts["empty"] += 1
-                    continue
-                counts["documents"] += 1
-                yield {"id": f"{month}-{i}", "title": (p.get("title") or "").strip(), "text": text}
-
-    _write_jsonl_gz(folder / "corpus" / "petitions.jsonl.gz", rows())
-    return counts
-
-
-def derive_kowiki(folder: Path, downloads: dict[str, Path]) -> dict:
-    """Wikipedia's articles, one paragraph a line, minus KorQuAD dev's articles and its copied text."""
-    import unicodedata
-
-    import pyarrow.parquet as pq
-
-    from corpus_tools.guard import EvalText
-
-    guard = EvalText(korquad=[folder / "korquad" / "KorQuAD_v1.0_dev.json"])
-    counts = {"articles": 0, "empty": 0, "korquad_title": 0, "korquad_context": 0, "documents": 0}
-    files = [downloads[k] for k in sorted(downloads, key=lambda k: int(k.removeprefix("part")))]
-    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-
-    def rows():
-        bar = _progress(total, " articles", "kowiki")
-        for f in files:
-            for batch in pq.ParquetFile(f).iter_batches(columns=["id", "title", "text"], batch_size=2048):
-                for aid, title, text in zip(*(batch.column(c).to_pylist() for c in ("id", "title", "text"))):
-                    bar.update(1)
-                    counts["articles"] += 1
-                    text = "\n".join(line.strip() for line in (text or "").splitlines() if line.strip())
-                    title = unicodedata.normalize("NFC", (title or "").strip())
-                    if not text:
-                        counts["empty"] += 1
-                    elif guard.is_title(title):
-                        counts["korquad_title"] += 1
-                    elif guard.shares_context(text):
-                        counts["korquad_context"] += 1
-                    else:
-                        counts["documents"] += 1
-                        yield {"id": aid, "title": title, "text": text}
-        bar.close()
-
-    _write_jsonl_gz(folder / "corpus" / "kowiki.jsonl.gz", rows())
-    return counts
-
+# --- the pretraining corpora: derived, with the evaluation text taken out (korbert/corpora.py) ---
 
 _register(Dataset(
     "reviews", f"the NSMC crawl (e9t/nsmc raw/ at {NSMC_COMMIT[:7]}) minus every NSMC test review",
     [Remote("downloads/nsmc-crawl.tar.gz", f"https://github.com/e9t/nsmc/archive/{NSMC_COMMIT}.tar.gz", revision=NSMC_COMMIT)],
-    ["corpus/reviews.jsonl.gz"], needs=["nsmc"], derive=derive_reviews,
+    ["corpus/reviews.jsonl.gz"], needs=["nsmc"], derive=derive_reviews, reads_if_there=klue_dev,
 ))
 _register(Dataset(
     "petitions", f"lovit/petitions_archive at {PETITIONS_COMMIT[:7]} (every month in it)",
@@ -282,7 +156,7 @@ _register(Dataset(
     "kowiki", f"Korean Wikipedia as plain text: {WIKI_REPO} {WIKI_CONFIG} at {WIKI_REVISION[:7]}, minus KorQuAD 1.0 dev",
     [Remote(f"downloads/wikipedia/{f}", f"{HUB}/datasets/{WIKI_REPO}/resolve/{WIKI_REVISION}/{f}", revision=WIKI_REVISION,
             hub=(WIKI_REPO, WIKI_REVISION, f)) for f in WIKI_FILES],
-    ["corpus/kowiki.jsonl.gz"], needs=["korquad"], derive=derive_kowiki,
+    ["corpus/kowiki.jsonl.gz"], needs=["korquad"], derive=derive_kowiki, reads_if_there=klue_dev,
 ))
 _DOWNLOAD_KEYS = {"reviews": ["crawl"], "petitions": ["archive"], "kowiki": [f"part{i}" for i in range(len(WIKI_FILES))]}
 
@@ -398,11 +272,18 @@ def get(names: list[str], folder: Path, mirror: str | None = None, progress: boo
         if n not in want:
             want.append(n)
 
-    for n in (list(DATASETS) if "all" in names else names):
+    order = list(DATASETS)  # the registry's order: the evaluation sets (KLUE's too) before the corpora filtered by them
+    for n in sorted(set(order) if "all" in names else set(names), key=order.index):
         add(n)
     folder.mkdir(parents=True, exist_ok=True)
     with _locked(folder):
-        return _get(want, folder, mirror, progress, replace)
+        manifest = _get(want, folder, mirror, progress, replace)
+    stale = [n for n, d in DATASETS.items() if d.reads_if_there and n in manifest["datasets"] and n not in want
+             and any(p.relative_to(folder).as_posix() not in manifest["datasets"][n].get("inputs", {}) for p in d.reads_if_there(folder))]
+    if stale:  # e.g. KLUE's dev files fetched after the corpora: their text is still in them
+        print(f"{', '.join(stale)}: derived before files they are filtered by ({', '.join(p.name for p in klue_dev(folder))}) were here: "
+              f"`korbert data get {' '.join(stale)}` derives them again without that text", file=sys.stderr)
+    return manifest
 
 
 @contextmanager
@@ -465,6 +346,8 @@ def _get(want: list[str], folder: Path, mirror: str | None, progress: bool, repl
         if d.derive:
             inputs = {"derivation": DERIVATION[n], **{r.rel: manifest["files"][r.rel]["sha256"] for r in d.remotes}}
             inputs.update({rel: manifest["files"][rel]["sha256"] for dep in d.needs for rel in DATASETS[dep].outputs})
+            if d.reads_if_there:  # (KLUE's dev files: none there, the inputs are as before them)
+                inputs.update({p.relative_to(folder).as_posix(): sha256_file(p) for p in d.reads_if_there(folder)})
             old = manifest["datasets"].get(n, {})
             fresh = old.get("inputs") == inputs and all(
                 (folder / rel).is_file() and sha256_file(folder / rel) == old.get("outputs", {}).get(rel) for rel in d.outputs)

@@ -77,7 +77,7 @@ def long_shards_manifest(cfg: PretrainConfig, sm: dict) -> dict:
     long_guard, short_guard = lm.get("eval_guard"), sm.get("eval_guard")
     if None not in (long_guard, short_guard) and long_guard != short_guard:  # (shards built before korbert recorded it: not compared)
         def said(g: dict) -> str:
-            files = [k for k in ("nsmc_test", "korquad") if g.get(k)]
+            files = [k for k in ("nsmc_test", "korquad", "klue") if g.get(k)]
             return f"{g.get('policy', '?')} the text of {'+'.join(files) or 'no evaluation file'}"
 
         raise InputError(f"{where}: its evaluation-text guard ({said(long_guard)}) is not --shards' ({said(short_guard)}): "

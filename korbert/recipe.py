@@ -35,6 +35,7 @@ from corpus_tools import SAMPLE_DATA
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_json, read_manifest
 from corpus_tools.text import InputError
+from korbert.recipe_klue import KLUE_HELP
 
 STAGES = ("vocab", "shards", "shards_long", "pretrain", "nsmc", "korquad", "baseline")
 
@@ -85,6 +86,7 @@ PRESETS = {
         "nsmc": {"epochs": 1, "lr": 1e-4, "batch_size": 64},
         # 128-token windows after the long phase: the best KorQuAD F1 of the settings tried (docs/results.md)
         "korquad": {"epochs": 2, "lr": 2e-4, "batch_size": 16, "max_len": 128, "stride": 32, "max_query_len": 40},
+        "klue": {"epochs": 3, "lr": 1e-4, "batch_size": 32},  # (the KLUE tasks whose files the data folder holds)
         "baseline": {},
     },
     "gpu-small": {
@@ -99,6 +101,7 @@ PRESETS = {
                      "compile": True, "eval_every": 1000, "long_phase": 0.1},
         "nsmc": {"epochs": 2, "lr": 1e-4, "batch_size": 64},
         "korquad": {"epochs": 3, "lr": 1e-4, "batch_size": 32},
+        "klue": {"epochs": 3, "lr": 1e-4, "batch_size": 32},
         "baseline": {},
     },
     "gpu-base": {
@@ -112,6 +115,7 @@ PRESETS = {
                      "compile": True, "eval_every": 2000, "long_phase": 0.1},
         "nsmc": {"epochs": 2, "lr": 5e-5, "batch_size": 64},
         "korquad": {"epochs": 2, "lr": 5e-5, "batch_size": 32},
+        "klue": {"epochs": 3, "lr": 5e-5, "batch_size": 32},
         "baseline": {},
     },
 }
@@ -152,6 +156,7 @@ class RecipeConfig:
     workers: int = C.field(0, "build the shards on a local Dask cluster of this many worker processes (korbert shards --workers; 0: one process)")
     preprocess_only: bool = C.field(False, "build the vocabulary and the shards, then stop: run this first, then launch the training with torchrun")
     strict: bool = C.field(False, "refuse a corpus holding evaluation text (NSMC test reviews, text copied from a KorQuAD context) instead of leaving those documents out")
+    klue: list[str] = C.field(["auto"], KLUE_HELP)
     keep_eval_text: bool = C.field(False, "pretrain on the corpus documents that hold evaluation text (counted; the report says so) instead of leaving them out of the vocabulary and the shards")
 
 
@@ -252,7 +257,12 @@ def stage_configs(cfg: RecipeConfig) -> dict:
     final = str(out / "pretrain" / "final")
     # the corpus documents that hold the scored evaluation text: left out of the vocabulary and the shards, and counted
     # (--keep-eval-text: kept and counted; --strict: refused)
-    guard = dict(eval_nsmc_test=nsmc_test, eval_korquad=korquad_dev, eval_strict=cfg.strict, keep_eval_text=cfg.keep_eval_text)
+    from evals.klue_data import dev_files
+
+    klue_data = data if data is not None else Path(cfg.data) if cfg.data else None  # (the demo's KLUE: from --data, if given)
+    klue_dev = {} if klue_data is None else dev_files(klue_data)  # KLUE took text from NSMC's crawl and from Wikipedia
+    guard = dict(eval_nsmc_test=nsmc_test, eval_korquad=korquad_dev, eval_klue=[str(p) for p in klue_dev.values()],
+                 eval_strict=cfg.strict, keep_eval_text=cfg.keep_eval_text)
     base = {
         "vocab": dict(inputs=corpus, out=str(out / "vocab"), show=0, **guard),
         "shards": dict(tokenizer=str(out / "vocab"), inputs=corpus, out=str(out / "shards"), show=0, replace=True, workers=cfg.workers, **guard),
@@ -262,12 +272,15 @@ def stage_configs(cfg: RecipeConfig) -> dict:
         "korquad": dict(model=final, dev_file=korquad_dev, train_file=korquad_train, out=str(out / "korquad" / "model")),
         "baseline": dict(train=nsmc_train, test=nsmc_test, out=str(out / "nsmc" / "baseline")),
     }
-    overrides: dict[str, dict] = {s: {} for s in STAGES}
+    from evals.klue import KlueConfig
+
+    classes["klue"] = KlueConfig  # (the settings of every KLUE task: --set klue.epochs=5)
+    overrides: dict[str, dict] = {s: {} for s in classes}
     for item in cfg.set:
         key, _, value = item.partition("=")
         stage, _, name = key.partition(".")
         if stage not in classes or not name or not _:
-            raise InputError(f"--set {item!r}: expected stage.field=value with stage one of {', '.join(STAGES)}")
+            raise InputError(f"--set {item!r}: expected stage.field=value with stage one of {', '.join(classes)}")
         overrides[stage][name] = _coerce(classes[stage], name, value)
     cfgs = {}
     if cfg.init_from and {"model_size", "override"} & set(overrides["pretrain"]):
@@ -318,16 +331,21 @@ def stage_configs(cfg: RecipeConfig) -> dict:
     for mf in compared + ([start] if control == "start" else []):
         for task in ("nsmc", "korquad"):
             check_trained_positions(mf, cfgs[task].max_len, cfgs[task].allow_untrained_positions, False, f"--set {task}.max_len=...")
-    compare = []
+    compare, slugs = [], []
     for folder in cfg.compare:
         slug = "compare-" + "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in Path(folder.rstrip("/")).name)
         slug += "-" + hashlib.sha256(str(Path(folder).resolve()).encode()).hexdigest()[:6]
+        slugs.append((folder, slug))
         compare.append({
             "folder": folder,
             "nsmc": replace(cfgs["nsmc"], model=folder, out=str(out / "nsmc" / slug)),
             "korquad": replace(cfgs["korquad"], model=folder, out=str(out / "korquad" / slug)),
         })
-    return {"out": out, "cfgs": cfgs, "compare": compare, "control": control}
+    from korbert import recipe_klue
+
+    klue = recipe_klue.plan(recipe_klue.chosen(cfg.klue, klue_data), {**p.get("klue", {}), **overrides["klue"]}, final, out, control,
+                            cfg.init_from, slugs)
+    return {"out": out, "cfgs": cfgs, "compare": compare, "control": control, "klue": klue}
 
 
 def _folder_key(folder: str, weights: bool = True) -> str:
@@ -481,9 +499,19 @@ def main(cfg: RecipeConfig) -> dict:
             "nsmc": ev(f"nsmc ({name})", nsmc_stage, c["nsmc"], upstream),
             "korquad": ev(f"korquad ({name})", korquad_stage, c["korquad"], upstream),
         })
+    from functools import partial
+    from types import SimpleNamespace
+
+    from evals.klue import main as klue_main
+    from korbert import recipe_klue
+
+    keys = {"model": model_key, "control": control_key, "start": control_key}
+    klue = [{**k, "result": ev(f"{recipe_klue.TASKS[k['task']]} ({Path(k['folder'].rstrip('/')).name if k['folder'] else k['row']})",
+                               SimpleNamespace(main=partial(klue_main, recipe_klue.TASKS[k["task"]])), k["cfg"],
+                               _folder_key(k["folder"]) if k["folder"] else keys[k["row"]])} for k in plan["klue"]]
     from korbert.report import write_report
 
-    report = write_report(out, cfg, PRESETS[cfg.preset], cfgs, vm, sm, pm, results, times, time.time() - t_start, compared, plan["control"])
+    report = write_report(out, cfg, PRESETS[cfg.preset], cfgs, vm, sm, pm, results, times, time.time() - t_start, compared, plan["control"], klue)
     from korbert.card import write_card  # the model card again, now with the results
 
     nsmc, korquad = results["nsmc"], results["korquad"]
@@ -494,6 +522,7 @@ def main(cfg: RecipeConfig) -> dict:
         "korquad": f"KorQuAD 1.0 ({protocol}: {korquad['n']['scored_questions']:,} scored questions)",
     }
     notes = [f"Fine-tuned and scored by `korbert run --preset {cfg.preset}` (its report: {out / 'report.md'})."]
+    notes += [n for n in [recipe_klue.card_note(report["klue"], report["table"][0]["system"])] if n]
     card = write_card(final, report["table"], notes, datasets=datasets, finetuning={"nsmc": nsmc, "korquad": korquad})
     print(f"model card: {card}")
     print(f"\n{(out / 'report.md').read_text(encoding='utf-8')}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, machine
 from corpus_tools.guard import KINDS, policy
+from korbert import recipe_klue
 from korbert.card import long_steps_text
 from korbert.data_get import NSMC_NAMES, nsmc_protocol
 from korbert.table import pct, render_table, result_row
@@ -72,9 +73,10 @@ def plot_curves(log: list[dict], folder: Path) -> list[str]:
 
 
 def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict | None, sm: dict, pm: dict, results: dict, times: dict, seconds: float,
-                 compared: list[dict] = (), control: str = "random") -> dict:
+                 compared: list[dict] = (), control: str = "random", klue: list[dict] = ()) -> dict:
     """vm: the vocabulary's manifest (None when --init-from used the model's own tokenizer); control:
-    the comparison row, "random" (a random init of the same model) or "start" (the --init-from model)."""
+    the comparison row, "random" (a random init of the same model) or "start" (the --init-from model);
+    klue: the KLUE stages run (korbert/recipe_klue.py), with their results."""
     pre = cfgs["pretrain"]
     log = _read_log(Path(pre.out) / "log.jsonl")
     plots = plot_curves(log, out / "plots")
@@ -133,6 +135,7 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict | None, sm: 
             "korquad": {"n": pr["korquad"]["n"], "epochs": cfgs["korquad"].epochs, "lr": cfgs["korquad"].lr, "examples_per_s": pr["korquad"]["examples_per_s"], "protocol": _korquad_protocol(pr["korquad"].get("protocol"), cfgs["korquad"])},
         },
         "table": rows, "plots": plots, "config": {"recipe": C.to_dict(cfg)},
+        "klue": recipe_klue.report_rows(klue, {"model": rows[0]["system"], "control": rows[1]["system"], "start": rows[1]["system"]}),
     }
     atomic_write_json(out / "report.json", report)
     atomic_write_bytes(out / "report.md", render(report).encode("utf-8"))
@@ -162,9 +165,11 @@ def _eval_text_line(c: dict) -> str:
         return ""
     if not c["eval_text"]:
         return ("Evaluation text in the corpus: none found (no document equal to an NSMC test review by letters and digits, "
-                "none sharing a 48-character run with a KorQuAD context), so nothing was left out.")
+                "none sharing a 48-character run with a KorQuAD context, none holding KLUE dev text where KLUE's files were given), "
+                "so nothing was left out.")
     found = "; ".join(f"{n:,} {KINDS.get(k, k)} (first: {c['eval_text_first_at'].get(k)})" for k, n in c["eval_text"].items())
-    short = {"nsmc_test_review": "NSMC test reviews", "korquad_context": "KorQuAD context runs"}
+    short = {"nsmc_test_review": "NSMC test reviews", "korquad_context": "KorQuAD context runs", "klue_review": "KLUE dev texts",
+             "klue_text": "holding KLUE dev text"}
     by_file = "; ".join(f"{Path(f).name}: " + ", ".join(f"{n:,} {short.get(k, k)}" for k, n in kinds.items())
                         for f, kinds in c.get("eval_text_by_file", {}).items())
     by_file = f" By file: {by_file}." if by_file else ""
@@ -222,6 +227,7 @@ def render(r: dict) -> str:
         + 
         "models given with --compare are fine-tuned with the same settings and seed, each with its own tokenizer.",
         "",
+        *recipe_klue.render(r.get("klue", [])),
         "## Pretraining",
         "",
         f"{p['model']} ({p['parameters'] / 1e6:.1f}M parameters), budget: {budget}; global batch {p['global_batch']}, peak lr {p['lr']}.",

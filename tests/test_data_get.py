@@ -20,7 +20,7 @@ import pytest
 
 import evals.data
 from corpus_tools.text import InputError
-from korbert import data_get
+from korbert import corpora, data_get
 from korbert.download import file_digests
 
 DEV = {"version": "KorQuAD_v1.0_dev", "data": [{"title": "대한민국의 수도", "paragraphs": [{
@@ -37,7 +37,23 @@ CRAWL = {  # movie -> reviews; 101 is an NSMC test id, 9 copies test review 101 
           {"review": "정말 재미있는 영화였어요... 강력추천합니다!!", "review_id": "9", "rating": "10", "movie_id": "1"}],
     "2": [{"review": "  ", "review_id": "5", "rating": "1", "movie_id": "2"},
           {"review": "음악이 아름답다", "review_id": "7", "rating": "8", "movie_id": "2"}],
+    # KLUE dev text: a NER sentence by letters and digits (15 of them), an NLI premise whole inside a longer review
+    "4": [{"review": "배우들의 연기가 정말 훌륭했던 영화", "review_id": "21", "rating": "9", "movie_id": "4"},
+          {"review": "주인공의 선택이 마지막까지 이해되지 않았다. 그래도 볼만함", "review_id": "22", "rating": "6", "movie_id": "4"}],
 }
+PREMISE = "한강은 서울의 중심을 가로질러 흐르는 강이다."  # 24 characters: held whole by article 6
+KLUE = {
+    "klue/klue-nli-v1.1_train.json": [{"guid": "nli_t0", "premise": "비가 온다.", "hypothesis": "날씨가 맑다.", "gold_label": "contradiction"}],
+    "klue/klue-nli-v1.1_dev.json": [
+        {"guid": "nli_d0", "premise": PREMISE, "hypothesis": "한강은 바다이다.", "gold_label": "contradiction"},
+        {"guid": "nli_d1", "premise": "주인공의 선택이 마지막까지 이해되지 않았다.", "hypothesis": "결말이 납득된다.", "gold_label": "contradiction"}],
+    "klue/klue-sts-v1.1_train.json": [{"guid": "sts_t0", "sentence1": "방이 깨끗했다.", "sentence2": "객실이 청결했다.", "labels": {"label": 4.2}}],
+    "klue/klue-sts-v1.1_dev.json": [{"guid": "sts_d0", "sentence1": "위치가 좋다.", "sentence2": "교통이 편하다.", "labels": {"label": 2.4}}],
+    "klue/ynat-v1.1_train.json": [{"guid": "ynat_t0", "title": "주가 급등", "label": "경제"}],
+    "klue/ynat-v1.1_dev.json": [{"guid": "ynat_d0", "title": "신형 휴대폰 공개", "label": "IT과학"}],
+}
+NER_DEV = "## klue-ner_d0\t배우들의 연기가 정말 훌륭했던 영화!\n" + "".join(f"{c}\tO\n" for c in "배우들의 연기가 정말 훌륭했던 영화!")
+NER_TRAIN = "## klue-ner_t0\t<서울:LC>에 간다\n서\tB-LC\n울\tI-LC\n에\tO\n \tO\n간\tO\n다\tO\n"
 COPIED = "서울특별시는 대한민국의 수도이자 최대 도시로, 한강을 사이에 두고 강북과 강남으로 나뉜다."  # 49 characters of the dev context
 SHORT = "서울특별시는 대한민국의 수도이자 최대 도시로, 한강을"  # a run of fewer than 48
 ARTICLES = [
@@ -46,6 +62,7 @@ ARTICLES = [
     {"id": "3", "url": "u3", "title": "서울", "text": f"서울 개요.\n{COPIED} 이후 서술."},
     {"id": "4", "url": "u4", "title": "한강", "text": f"{SHORT} 흐르는 강이다."},
     {"id": "5", "url": "u5", "title": "빈 문서", "text": ""},
+    {"id": "6", "url": "u6", "title": "강", "text": f"강의 개요.\n{PREMISE} 끝."},
 ]
 
 
@@ -67,6 +84,8 @@ def mirror(tmp_path, monkeypatch):
         "nsmc/ratings_train.txt": NSMC_TRAIN.encode(), "nsmc/ratings_test.txt": NSMC_TEST.encode(),
         "korquad/KorQuAD_v1.0_train.json": json.dumps(TRAIN, ensure_ascii=False).encode(),
         "korquad/KorQuAD_v1.0_dev.json": json.dumps(DEV, ensure_ascii=False).encode(),
+        **{rel: json.dumps(rows, ensure_ascii=False).encode() for rel, rows in KLUE.items()},
+        "klue/klue-ner-v1.1_dev.tsv": NER_DEV.encode(), "klue/klue-ner-v1.1_train.tsv": NER_TRAIN.encode(),
         "downloads/nsmc-crawl.tar.gz": _tar_gz({f"nsmc-x/raw/{k}.json": json.dumps(v, ensure_ascii=False).encode() for k, v in CRAWL.items()}),
         "downloads/petitions-archive.tar.gz": _tar_gz({
             "petitions_archive-x/petitions_2017-08": (json.dumps({"title": "제목", "content": "청원 내용입니다."}, ensure_ascii=False) + "\n").encode(),
@@ -84,11 +103,11 @@ def mirror(tmp_path, monkeypatch):
         (m / rel).parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table if i == 0 else table.slice(0, 0), m / rel, row_group_size=2)
     # the code's pins, swapped for these files' (the evaluation files by git blob, as the real ones)
-    for name in ("nsmc", "korquad"):
+    for name in ("nsmc", "korquad", "klue"):
         d = data_get.DATASETS[name]
         monkeypatch.setitem(data_get.DATASETS, name, replace(d, remotes=[replace(r, git_blob=file_digests(m / r.rel)["git_blob"]) for r in d.remotes]))
     monkeypatch.setattr(evals.data, "KORQUAD_GIT_BLOBS", tuple(r.git_blob for r in data_get.DATASETS["korquad"].remotes))
-    monkeypatch.setattr(data_get, "CRAWL_REVIEWS", 5)
+    monkeypatch.setattr(corpora, "CRAWL_REVIEWS", 7)
     # what a data folder fetched from the origins records: the mirror's manifest vouches for the Hub files
     manifest = {"files": {r.rel: file_digests(m / r.rel) for r in data_get.DATASETS["kowiki"].remotes}, "datasets": {}}
     (m / data_get.MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
@@ -108,15 +127,19 @@ def test_get_all_from_a_directory_mirror_derives_exact_corpora_and_a_rerun_does_
     # reviews: test id 101 and its near-duplicate 9 out, the blank one out
     assert _jsonl(out / "corpus" / "reviews.jsonl.gz") == [
         {"id": "review-1", "text": "연기가 좋았다"}, {"id": "review-7", "text": "음악이 아름답다"}]
-    assert manifest["datasets"]["reviews"]["counts"] == {
-        "crawl_reviews": 5, "empty": 1, "nsmc_test_id": 1, "nsmc_test_text": 1, "duplicate_id": 0, "documents": 2}
+    assert manifest["datasets"]["reviews"]["counts"] == {  # (and the two holding KLUE dev text, fetched before them)
+        "crawl_reviews": 7, "empty": 1, "nsmc_test_id": 1, "nsmc_test_text": 1, "klue_review": 1, "klue_text": 1, "duplicate_id": 0,
+        "documents": 2}
+    assert (out / "klue" / "klue-ner-v1.1_dev.tsv").read_text(encoding="utf-8") == NER_DEV
+    assert json.loads((out / "klue" / "ynat-v1.1_train.json").read_text(encoding="utf-8")) == KLUE["klue/ynat-v1.1_train.json"]
     assert _jsonl(out / "corpus" / "petitions.jsonl.gz") == [
         {"id": "petitions_2017-08-0", "title": "제목", "text": "청원 내용입니다."}, {"id": "petitions_2017-09-1", "title": "둘", "text": "둘째 청원."}]
     # kowiki: the dev title and the 48+-character copy out; the shorter shared run and the rest kept, a paragraph a line
     assert _jsonl(out / "corpus" / "kowiki.jsonl.gz") == [
         {"id": "1", "title": "고양이", "text": "고양이는 포유류이다.\n집에서 기른다."},
         {"id": "4", "title": "한강", "text": f"{SHORT} 흐르는 강이다."}]
-    assert manifest["datasets"]["kowiki"]["counts"] == {"articles": 5, "empty": 1, "korquad_title": 1, "korquad_context": 1, "documents": 2}
+    assert manifest["datasets"]["kowiki"]["counts"] == {
+        "articles": 6, "empty": 1, "korquad_title": 1, "korquad_context": 1, "klue_review": 0, "klue_text": 1, "documents": 2}
     rec = manifest["files"]["nsmc/ratings_train.txt"]
     assert rec["pinned_by"] == "the code" and rec["bytes"] == len(NSMC_TRAIN.encode()) and len(rec["sha256"]) == 64
     assert manifest["files"][data_get.DATASETS["kowiki"].remotes[0].rel]["pinned_by"] == "the mirror's manifest"
@@ -193,9 +216,9 @@ def test_a_changed_pin_is_fetched_again_and_a_crawl_count_that_differs_is_a_warn
     # ... derived again from the new archive; a crawl that does not hold the count recorded for it is said so
     manifest = data_get.get(["reviews"], out, mirror=str(mirror), progress=False)
     assert (out / "corpus" / "reviews.jsonl.gz").read_bytes() != before
-    assert [r["id"] for r in _jsonl(out / "corpus" / "reviews.jsonl.gz")] == ["review-1", "review-7", "review-11"]
+    assert [r["id"] for r in _jsonl(out / "corpus" / "reviews.jsonl.gz")] == ["review-1", "review-7", "review-11", "review-21", "review-22"]
     assert manifest["files"]["downloads/nsmc-crawl.tar.gz"]["revision"] == "0" * 40
-    assert "the crawl holds 6 reviews, not the 5" in manifest["datasets"]["reviews"]["counts"]["warning"]
+    assert "the crawl holds 8 reviews, not the 7" in manifest["datasets"]["reviews"]["counts"]["warning"]
     assert "WARNING: " in capsys.readouterr().err
 
     # train and test swapped are not the official split; a damaged manifest is one line naming it
@@ -217,7 +240,7 @@ def test_get_over_http_from_a_mirror_served_on_localhost(tmp_path, mirror):
         url = f"http://127.0.0.1:{server.server_address[1]}"
         out = tmp_path / "data"
         manifest = data_get.get(["kowiki", "petitions"], out, mirror=url, progress=False)
-        assert [a["id"] for a in _jsonl(out / "corpus" / "kowiki.jsonl.gz")] == ["1", "4"]
+        assert [a["id"] for a in _jsonl(out / "corpus" / "kowiki.jsonl.gz")] == ["1", "4", "6"]  # (no KLUE files here)
         assert manifest["files"]["korquad/KorQuAD_v1.0_dev.json"]["fetched_from"].startswith(url)
     finally:
         server.shutdown()
@@ -363,7 +386,7 @@ def test_a_dev_title_written_with_underscores_drops_the_article_titled_with_spac
             {"id": "9", "url": "u9", "title": "노아의 방주 (영화)", "text": "2014년 영화이다."}]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "wiki.parquet")
     counts = data_get.derive_kowiki(folder, {"part0": tmp_path / "wiki.parquet"})
-    assert counts == {"articles": 3, "empty": 0, "korquad_title": 2, "korquad_context": 0, "documents": 1}
+    assert counts == {"articles": 3, "empty": 0, "korquad_title": 2, "korquad_context": 0, "klue_review": 0, "klue_text": 0, "documents": 1}
     assert [a["title"] for a in _jsonl(folder / "corpus" / "kowiki.jsonl.gz")] == ["노아의 방주 (영화)"]
 
 
@@ -462,3 +485,50 @@ def test_a_mirror_record_of_another_pin_does_not_vouch_for_this_one_issue_59(tmp
     (m / data_get.MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
     with pytest.raises(InputError, match="records it for another revision, and without one the file cannot be verified"):
         data_get.get(["kowiki"], tmp_path / "out", mirror=str(m), progress=False)
+
+
+# --- issue 60: KLUE ---------------------------------------------------------------------------
+
+def test_klue_files_fetched_later_take_their_text_out_of_corpora_derived_before(tmp_path, mirror, capsys):
+    out = tmp_path / "data"
+    data_get.get(["reviews", "kowiki"], out, mirror=str(mirror), progress=False)
+    assert [r["id"] for r in _jsonl(out / "corpus" / "reviews.jsonl.gz")] == ["review-1", "review-7", "review-21", "review-22"]
+    capsys.readouterr()
+    data_get.get(["klue"], out, mirror=str(mirror), progress=False)
+    assert "reviews, kowiki: derived before files they are filtered by" in capsys.readouterr().err
+    assert sorted(p.name for p in (out / "klue").iterdir()) == sorted(r.rel.split("/")[1] for r in data_get.DATASETS["klue"].remotes)
+    capsys.readouterr()
+    manifest = data_get.get(["reviews", "kowiki"], out, mirror=str(mirror), progress=False)  # the KLUE dev files are new inputs
+    assert "up to date" not in capsys.readouterr().err
+    assert [r["id"] for r in _jsonl(out / "corpus" / "reviews.jsonl.gz")] == ["review-1", "review-7"]
+    assert [a["id"] for a in _jsonl(out / "corpus" / "kowiki.jsonl.gz")] == ["1", "4"]
+    assert "klue/klue-nli-v1.1_dev.json" in manifest["datasets"]["kowiki"]["inputs"]
+    assert "klue/klue-nli-v1.1_train.json" not in manifest["datasets"]["kowiki"]["inputs"]  # (only dev text is scored)
+    # named in any order, KLUE's files come first and the corpora are derived without their text at once
+    other = tmp_path / "other"
+    data_get.get(["reviews", "klue"], other, mirror=str(mirror), progress=False)
+    assert [r["id"] for r in _jsonl(other / "corpus" / "reviews.jsonl.gz")] == ["review-1", "review-7"]
+
+
+def test_get_klue_refuses_a_file_that_is_not_the_pinned_one_in_one_line(tmp_path, mirror, capsys):
+    from korbert.cli import main
+
+    (mirror / "klue" / "klue-sts-v1.1_dev.json").write_text("[]", encoding="utf-8")
+    assert main(["data", "get", "klue", "--out", str(tmp_path / "d"), "--mirror", str(mirror), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("korbert data: error: ") and "klue-sts-v1.1_dev.json" in err[-1]
+    assert not (tmp_path / "d" / "klue" / "klue-sts-v1.1_dev.json").exists()
+
+
+def test_the_klue_pins_are_the_shared_dev_files_blob_ids():
+    """The code's pins (from the issue) against the files in ../shared/data/klue, which its README says are byte-identical."""
+    from conftest import data_file
+
+    from korbert.download import git_blob_id
+
+    klue = data_file("klue", "klue-nli-v1.1_dev.json").parent
+    pinned = {r.rel.split("/")[1]: r.git_blob for r in data_get.DATASETS["klue"].remotes}
+    there = sorted(klue.glob("*_dev.*"))
+    assert len(there) == 3
+    for f in there:
+        assert git_blob_id(f) == pinned[f.name], f.name

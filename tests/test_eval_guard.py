@@ -325,10 +325,62 @@ def test_a_worker_checks_the_evaluation_files_it_reads_are_the_stages(tmp_path):
     from corpus_tools.shard_task import _task_guard
 
     want = (sha256_file(NSMC_TEST), "")
-    assert _task_guard(str(NSMC_TEST), "", want).check(nsmc_test_docs(1)[0]) == "nsmc_test_review"
+    assert _task_guard(str(NSMC_TEST), "", (), want).check(nsmc_test_docs(1)[0]) == "nsmc_test_review"
     other = tmp_path / "ratings_test.txt"
     other.write_text("id\tdocument\tlabel\n1\t다른 리뷰\t0\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"ratings_test.txt: this evaluation file is another file than the one the shards stage read on worker "):
-        _task_guard(str(other), "", want)
+        _task_guard(str(other), "", (), want)
     with pytest.raises(InputError, match="gone.txt: this evaluation file is missing on worker"):
-        _task_guard(str(tmp_path / "gone.txt"), "", want)
+        _task_guard(str(tmp_path / "gone.txt"), "", (), want)
+
+
+# --- issue 60: KLUE's dev text ------------------------------------------------------------------
+
+KLUE_PREMISE = "흡연자분들은 발코니가 있는 방이면 발코니에서 흡연이 가능합니다."  # 35 characters (a real KLUE-NLI dev premise)
+KLUE_SENT = "세익스피어가 이렇게 차별주의적인 사람이었다니"  # 22 characters
+KLUE_LONG = "이 영화는 감독의 전작들과 비교해도 훨씬 짜임새가 있었고 배우들의 연기 또한 흠잡을 데가 없었다고 생각한다."  # 59
+
+
+def klue_files(tmp_path: Path) -> list[Path]:
+    nli = tmp_path / "klue-nli-v1.1_dev.json"
+    nli.write_text(json.dumps([{"guid": "n0", "premise": KLUE_PREMISE, "hypothesis": "금연 객실만 있다.", "gold_label": "contradiction"},
+                               {"guid": "n1", "premise": KLUE_LONG, "hypothesis": "짧다.", "gold_label": "neutral"}], ensure_ascii=False),
+                   encoding="utf-8")
+    ner = tmp_path / "klue-ner-v1.1_dev.tsv"
+    ner.write_text("## 주석\n## n0\t" + KLUE_SENT + "\n" + "".join(f"{c}\tO\n" for c in KLUE_SENT) + "\n", encoding="utf-8")
+    return [nli, ner]
+
+
+def test_klue_dev_text_is_found_equal_by_letters_held_whole_or_by_a_48_character_run(tmp_path):
+    g = EvalText(klue=klue_files(tmp_path))
+    assert g.check(KLUE_SENT.replace(" ", "") + "..!!") == "klue_review"  # a review that is the sentence
+    assert g.check(f"{KLUE_SENT}.. 그래도 볼만함") == "klue_text"  # a review that holds it whole
+    assert g.check(f"문서의 앞. {KLUE_PREMISE.replace(' ', '  ')} 뒤에 이어지는 글.") == "klue_text"  # whitespace collapsed
+    assert g.check(f"문서의 앞. {KLUE_SENT[:-1]} 뒤") is None  # 21 of its 22 characters: not the whole text
+    for start in (0, 3, 11):  # a shared 48-character run of a longer text, wherever it starts; 47 are not enough
+        assert g.check("◆" * 5 + KLUE_LONG[start:start + 48] + "◆" * 5) == "klue_text"
+        assert g.check("◆" * 5 + KLUE_LONG[start:start + 47] + "◆" * 5) is None
+    assert g.check("전혀 관계없는 문서입니다. 이 글은 다른 이야기를 한다.") is None
+    assert EvalText(nsmc_test=[NSMC_TEST]).check(KLUE_SENT) is None
+
+
+def test_shards_and_the_vocabulary_leave_out_klue_text_and_rebuild_when_the_klue_files_change(vocab_dir, tmp_path, capsys):
+    from corpus_tools.vocab import VocabConfig
+    from corpus_tools.vocab import main as vocab_main
+
+    files = klue_files(tmp_path)
+    clean = [t for t in sample_texts(200) if EvalText(klue=files).check(t) is None][:150]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", clean[:50] + [f"{KLUE_SENT}... 최고"] + clean[50:100] + [KLUE_PREMISE] + clean[100:])
+    m = build(vocab_dir, [corpus], tmp_path / "s", eval_klue=[str(f) for f in files])
+    assert m["counts"]["eval_text"] == {"klue_text": 1, "klue_review": 1}
+    assert m["counts"]["documents_used"] == 150 and len(m["eval_guard"]["klue"]) == 2
+    with pytest.raises(InputError, match=r"corpus.jsonl:51: klue text in the corpus \(eval_strict"):
+        build(vocab_dir, [corpus], tmp_path / "strict", eval_klue=[str(f) for f in files], eval_strict=True)
+    none = build(vocab_dir, [corpus], tmp_path / "none")
+    assert none["counts"]["documents_used"] == 152 and "klue" not in none["eval_guard"]
+    files[0].write_text(files[0].read_text(encoding="utf-8").replace("금연 객실만", "흡연 불가"), encoding="utf-8")
+    capsys.readouterr()
+    build(vocab_dir, [corpus], tmp_path / "s", eval_klue=[str(f) for f in files], replace=True)  # another KLUE file: built again
+    assert "up to date" not in capsys.readouterr().out
+    v = vocab_main(VocabConfig(inputs=[str(corpus)], out=str(tmp_path / "v"), vocab_size=900, show=0, eval_klue=[str(f) for f in files]))
+    assert v["counts"]["eval_text"] == {"klue_review": 1, "klue_text": 1}

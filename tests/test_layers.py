@@ -22,9 +22,9 @@ LAYERS = [
     }),
     ("evaluations", "evals", {
         "__init__", "data", "features", "finetune", "nsmc", "korquad", "korquad_metric", "baseline", "make_bert_folder", "cli",
-        "tokenizer_metrics", "positions", "klue_metric",
+        "tokenizer_metrics", "positions", "klue_metric", "klue_data", "klue",
     }),
-    ("the recipe and using a model", "korbert", {"recipe", "report", "cli", "use", "embed", "attention", "serve", "data_get", "download", "petitions"}),
+    ("the recipe and using a model", "korbert", {"recipe", "report", "cli", "use", "embed", "attention", "serve", "data_get", "download", "petitions", "corpora", "recipe_klue"}),
 ]
 
 

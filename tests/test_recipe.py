@@ -24,9 +24,16 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
 
     from corpus_tools import SAMPLE_DATA as SAMPLE
 
+    from test_klue import ner_file, nli_file
+
     out = tmp_path / "run"
     nsmc_test = shutil.copy(SAMPLE / "nsmc_test.txt", tmp_path / "ratings_test.txt")  # edited in place at the end
-    cfg = RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=TINY, compare=[str(bert_dir)], nsmc_test=str(nsmc_test))
+    data = tmp_path / "data"  # (the demo reads its own NSMC and KorQuAD; KLUE's files from --data)
+    (data / "klue").mkdir(parents=True)
+    nli_file(data / "klue" / "klue-nli-v1.1_dev.json", premises=20), ner_file(data / "klue" / "klue-ner-v1.1_dev.tsv", 30)
+    klue_set = ["klue.epochs=1", "klue.batch_size=8", "klue.bootstrap=50"]
+    cfg = RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=TINY + klue_set, compare=[str(bert_dir)],
+                       nsmc_test=str(nsmc_test), data=str(data))
     r = main(cfg)
     rows = {row["system"].split(":")[0].split(",")[0]: row for row in r["table"]}
     assert len(r["table"]) == 5 and all(0 <= row["nsmc_accuracy"] <= 1 for row in r["table"])
@@ -47,7 +54,15 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
     # the embedded sample holds none of its scored text (corpus_tools/make_sample.py): checked, and said in one line
     assert report["corpus"]["eval_text"] == {} and report["corpus"]["eval_text_policy"] == "drop"
     assert "Evaluation text in the corpus: none found (no document equal to an NSMC test review" in md
-    assert "(the NSMC test file and the KorQuAD file): no corpus document held their text." in (out / "pretrain" / "final" / "README.md").read_text()
+    assert "(the NSMC test file, the KorQuAD file and the KLUE dev files): no corpus document held their text." in (
+        out / "pretrain" / "final" / "README.md").read_text()
+    # KLUE: the tasks whose dev files --data holds, for the model, its control and the --compare folder, dev-split
+    klue = report["klue"]
+    assert [(k["task"], k["system"]) for k in klue] == [(t, s) for t in ("klue-nli", "klue-ner") for s in (
+        r["table"][0]["system"], r["table"][1]["system"], bert_dir.name)]
+    assert {k["protocol"] for k in klue} == {"KLUE dev-split"} and all(k["ci95"] for k in klue)
+    assert "## KLUE" in md and "| klue-ner | KLUE dev-split | entity_f1 " in md
+    assert "KLUE: klue-nli accuracy " in (out / "pretrain" / "final" / "README.md").read_text()
     assert f"Corpus given with --corpus, instead of the preset's: `{corpus_file}`" in md  # the preset's description is not the run's
     for plot in report["plots"]:
         assert (out / plot).stat().st_size > 1000
@@ -72,20 +87,22 @@ def test_recipe_runs_every_stage_then_skips_and_redoes_only_what_changed(tmp_pat
     text = capsys.readouterr().out
     assert text.count("up to date") >= 10 and again["table"] == r["table"]
 
-    changed = main(RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, "nsmc.lr=3e-4"], nsmc_test=str(nsmc_test)))
+    changed = main(RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, *klue_set, "nsmc.lr=3e-4"],
+                                nsmc_test=str(nsmc_test), data=str(data)))
     assert {"nsmc", "nsmc (control)"} <= set(changed["stage_seconds"])
-    assert not {"korquad", "korquad (control)", "baseline"} & set(changed["stage_seconds"])
+    assert not {"korquad", "korquad (control)", "baseline", "klue-nli (model)", "klue-ner (control)"} & set(changed["stage_seconds"])
     assert changed["table"][2:] == r["table"][3:]  # the baselines were not redone (and no --compare this time)
 
     # a shards option: shards and pretraining are replaced (not refused), the new model's evals redone; the control
     # reads no weights (its architecture and tokenizer are the same): not redone
     capsys.readouterr()
-    redo_cfg = RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, "shards.seed=5"], nsmc_test=str(nsmc_test))
+    redo_cfg = RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, *klue_set, "shards.seed=5"],
+                            nsmc_test=str(nsmc_test), data=str(data))
     redo = main(redo_cfg)
     said = capsys.readouterr()
     assert "rebuilding" in said.err and "starting over" in said.out and "vocabulary up to date" in said.out
     assert json.loads((out / "shards" / "manifest.json").read_text())["config"]["seed"] == 5
-    assert "korquad" in redo["stage_seconds"] and not {"korquad (control)", "baseline"} & set(redo["stage_seconds"])
+    assert {"korquad", "klue-nli (model)"} <= set(redo["stage_seconds"]) and not {"korquad (control)", "baseline", "klue-nli (control)"} & set(redo["stage_seconds"])
 
     # the NSMC-R test file edited in place (same path): the stages that read it are redone, not reused
     lines = nsmc_test.read_text(encoding="utf-8").splitlines(keepends=True)

@@ -1,0 +1,105 @@
+"""Issue 60: KLUE scores of a pretrained model against its random-init control, side by side.
+
+    python benchmarks/klue_cpu.py --model runs/cpu/pretrain/final --kind morpheme --seeds 42 43 \
+        --data ../shared/data --work runs/klue-cpu
+
+For each KLUE task whose dev file the data folder holds (NLI, STS, NER here; YNAT when present), and each
+fine-tuning seed: `korbert eval <task>` on the model and on its control (the same config, randomly
+initialized, the same fine-tuning), with the `cpu` preset's KLUE settings (korbert/recipe.py) unless
+--set changes them. The protocol is the one the files allow: the published one with a train file, else
+the KLUE dev-split (named in every row). Runs are cached by their results.json (same config: not run
+again), so a killed benchmark resumes; rows for other models (--kind plain, ...) are merged into --result
+by (kind, model folder). Each row: kind, model or control, seed, task, protocol, the metrics, their 95%
+interval, seconds; each pair a `ratio_<metric>` (model / control) and a gain in points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="the pretrained model folder (a korbert final/ or any local encoder)")
+    ap.add_argument("--kind", default="morpheme", help="the row's tokenizer kind label (morpheme, morpheme-attached, plain)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[42, 43])
+    ap.add_argument("--data", default="", help="the data folder with klue/ (default: $KORBERT_DATA)")
+    ap.add_argument("--tasks", nargs="+", default=["nli", "sts", "ner", "ynat"], help="those whose dev file is there run")
+    ap.add_argument("--set", nargs="*", default=[], help="KlueConfig fields as field=value, over the cpu preset's")
+    ap.add_argument("--work", default="runs/klue-cpu")
+    ap.add_argument("--result", default=str(ROOT / "benchmarks" / "results" / "klue-cpu.json"))
+    a = ap.parse_args()
+
+    from corpus_tools import config as C
+    from corpus_tools.artifacts import atomic_write_json, machine
+    from evals.klue import KlueConfig, main as run_task
+    from evals.klue_data import dev_files, file_name
+    from korbert.recipe import PRESETS, _coerce
+    from korbert.recipe_klue import TASKS
+
+    from korbert.recipe import _folder_key
+
+    if not (a.data or os.environ.get("KORBERT_DATA")):
+        sys.exit("klue_cpu.py: pass --data DIR (a data folder with klue/), or set $KORBERT_DATA")
+    data = Path(a.data or os.environ["KORBERT_DATA"])
+    found = dev_files(data)
+    if not found:
+        sys.exit(f"klue_cpu.py: {data}/klue/ holds no KLUE dev file (`korbert data get klue --out {data}`)")
+    settings = {**PRESETS["cpu"]["klue"], **{k: _coerce(KlueConfig, k, v) for k, v in (x.split("=", 1) for x in a.set)}}
+    work = Path(a.work) / a.kind
+    rows, load = [], [list(os.getloadavg())]
+    for t in [t for t in a.tasks if t in found]:
+        train = data / "klue" / file_name(t, "train")
+        for seed in a.seeds:
+            pair = {}
+            for who in ("model", "control"):
+                cfg = KlueConfig(**settings, model=a.model, dev_file=str(found[t]), train_file=str(train) if train.is_file() else "",
+                                 out=str(work / t / f"{who}-{seed}"), features=str(work / t / "features"), seed=seed)
+                cfg = replace(cfg, control=who == "control")
+                done, marker = Path(cfg.out) / "results.json", Path(cfg.out) / "bench-key.json"
+                key = {"config": C.to_dict(cfg), "model": _folder_key(a.model, weights=who == "model")}  # (retrained weights: run again)
+                old = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else None
+                if old is None or not marker.is_file() or json.loads(marker.read_text(encoding="utf-8")) != key:
+                    t0 = time.time()
+                    old = run_task(TASKS[t], cfg)
+                    atomic_write_json(marker, key)
+                    print(f"{TASKS[t]} {who} seed {seed}: {old['metrics']} in {time.time() - t0:.0f} s", flush=True)
+                pair[who] = old
+                rows.append({"kind": a.kind, "model": a.model, "row": who, "seed": seed, "task": TASKS[t], "protocol": old["protocol"]["name"],
+                             "metrics": old["metrics"], "ci95": old.get("ci95", {}), "n": old["n"], "seconds": old["seconds"]["total"]})
+            ctl = pair["control"]["metrics"]  # (a metric may be None: Pearson r of constant predictions)
+            rows[-2]["gain_over_control"] = {k: round(v - ctl[k], 4) if None not in (v, ctl[k]) else None for k, v in pair["model"]["metrics"].items()}
+            rows[-2].update({f"ratio_{k}": round(v / ctl[k], 4) if v is not None and ctl[k] else None for k, v in pair["model"]["metrics"].items()})
+    load.append(list(os.getloadavg()))
+    result_path = Path(a.result)
+    kept = json.loads(result_path.read_text(encoding="utf-8"))["rows"] if result_path.is_file() else []
+    kept = [r for r in kept if (r["kind"], r["model"]) != (a.kind, a.model)] + rows
+    summary = {}
+    for r in kept:
+        if r["row"] == "model":
+            for k, v in r["gain_over_control"].items():
+                if v is not None:
+                    summary.setdefault(f"{r['kind']} {r['task']} {k}", []).append(v)
+    result = {
+        "what": "KLUE scores of pretrained models against their random-init controls (issue 60)",
+        "command": " ".join(["python", "benchmarks/klue_cpu.py", *sys.argv[1:]]),
+        "machine": machine(), "load_average_start_end": load, "settings": settings, "rows": kept,
+        "mean_gain_over_control": {k: round(sum(v) / len(v), 4) for k, v in sorted(summary.items())},
+    }
+    atomic_write_json(result_path, result)
+    for k, v in result["mean_gain_over_control"].items():
+        print(f"{k}: gain over the control {v:+.2f} points (mean of {len(summary[k])} seeds)")
+    print(f"-> {result_path}")
+
+
+if __name__ == "__main__":
+    main()
