@@ -475,5 +475,8 @@ def klue(root, mf, task: str, path: str, rows: dict, max_len: int, rebuild: bool
         tokens = pc.sum(pc.list_value_length(ds.data.column("input_ids").combine_chunks())).as_py() or 0
         return ["examples.arrow"], {"examples": len(ds), "tokens": tokens}
 
-    settings = {"max_len": max_len, **({"tags": "first non-space character, v1"} if ner else {})}  # (the rule is in the key)
+    from evals.klue_data import READER_VERSION
+
+    # (the rules that make the rows are in the key: how the readers take labels, how NER tags go to tokens)
+    settings = {"max_len": max_len, "reader": READER_VERSION, **({"tags": "first non-space character, v1"} if ner else {})}
     return get(root, task, mf, {"file": path}, settings, build, rebuild)

@@ -32,6 +32,7 @@ KLUE_GIT_BLOBS = {
     "klue-ner-v1.1_train.tsv": "b4f5d7dba85bb04d9dd72c7491bd62568af55cf1",
     "klue-ner-v1.1_dev.tsv": "3ed843a2e62d536fc2e2dbcc0f304ee346dda62e",
 }
+READER_VERSION = 1  # what the readers take from the files (e.g. STS's real-label): the feature caches are keyed on it
 NLI_LABELS = ("entailment", "neutral", "contradiction")
 YNAT_LABELS = ("IT과학", "경제", "사회", "생활문화", "세계", "스포츠", "정치")
 
