@@ -107,9 +107,12 @@ class Runs:
         self._probes: set[int] = set()
         self._runs: set[int] = set()
 
+    def _add_probes(self, c: str) -> None:
+        self._probes.update(hash(c[i:i + self.probe]) for i in range(len(c) - self.probe + 1))
+
     def add(self, text: str) -> None:
-        c, run, probe = flat(text), self.run, self.probe
-        self._probes.update(hash(c[i:i + probe]) for i in range(len(c) - probe + 1))
+        c, run = flat(text), self.run
+        self._add_probes(c)
         self._runs.update(hash(c[i:i + run]) for i in range(len(c) - run + 1))
 
     def __bool__(self) -> bool:
@@ -135,8 +138,8 @@ class Wholes(Runs):
         self._wholes: dict[int, set[int]] = {}  # length -> hashes of the texts of that length
 
     def add(self, text: str) -> None:
-        c, probe = flat(text), self.probe
-        self._probes.update(hash(c[i:i + probe]) for i in range(len(c) - probe + 1))
+        c = flat(text)
+        self._add_probes(c)
         self._wholes.setdefault(len(c), set()).add(hash(c))
 
     def __bool__(self) -> bool:

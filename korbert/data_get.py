@@ -281,7 +281,8 @@ def get(names: list[str], folder: Path, mirror: str | None = None, progress: boo
     stale = [n for n, d in DATASETS.items() if d.reads_if_there and n in manifest["datasets"] and n not in want
              and any(p.relative_to(folder).as_posix() not in manifest["datasets"][n].get("inputs", {}) for p in d.reads_if_there(folder))]
     if stale:  # e.g. KLUE's dev files fetched after the corpora: their text is still in them
-        print(f"{', '.join(stale)}: derived before files they are filtered by ({', '.join(p.name for p in klue_dev(folder))}) were here: "
+        files = sorted({p.name for n in stale for p in DATASETS[n].reads_if_there(folder)})
+        print(f"{', '.join(stale)}: derived before files they are filtered by ({', '.join(files)}) were here: "
               f"`korbert data get {' '.join(stale)}` derives them again without that text", file=sys.stderr)
     return manifest
 
