@@ -39,14 +39,11 @@ def main() -> None:
     ap.add_argument("--result", default=str(ROOT / "benchmarks" / "results" / "klue-cpu.json"))
     a = ap.parse_args()
 
-    from corpus_tools import config as C
     from corpus_tools.artifacts import atomic_write_json, machine
     from evals.klue import KlueConfig, main as run_task
-    from evals.klue_data import dev_files, file_name
-    from korbert.recipe import PRESETS, _coerce
+    from evals.klue_data import READER_VERSION, dev_files, file_name
+    from korbert.recipe import PRESETS, _coerce, _folder_key, _key, eval_key
     from korbert.recipe_klue import TASKS
-
-    from korbert.recipe import _folder_key
 
     if not (a.data or os.environ.get("KORBERT_DATA")):
         sys.exit("klue_cpu.py: pass --data DIR (a data folder with klue/), or set $KORBERT_DATA")
@@ -66,7 +63,8 @@ def main() -> None:
                                  out=str(work / t / f"{who}-{seed}"), features=str(work / t / "features"), seed=seed)
                 cfg = replace(cfg, control=who == "control")
                 done, marker = Path(cfg.out) / "results.json", Path(cfg.out) / "bench-key.json"
-                key = {"config": C.to_dict(cfg), "model": _folder_key(a.model, weights=who == "model")}  # (retrained weights: run again)
+                # the recipe's key: the config, the model (retrained weights: run again), the files' content, the readers' version
+                key = {"key": eval_key(cfg, _key(_folder_key(a.model, weights=who == "model"), "klue reader", READER_VERSION))}
                 old = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else None
                 if old is None or not marker.is_file() or json.loads(marker.read_text(encoding="utf-8")) != key:
                     t0 = time.time()
@@ -81,8 +79,12 @@ def main() -> None:
             rows[-2].update({f"ratio_{k}": round(v / ctl[k], 4) if v is not None and ctl[k] else None for k, v in pair["model"]["metrics"].items()})
     load.append(list(os.getloadavg()))
     result_path = Path(a.result)
-    kept = json.loads(result_path.read_text(encoding="utf-8"))["rows"] if result_path.is_file() else []
-    kept = [r for r in kept if (r["kind"], r["model"]) != (a.kind, a.model)] + rows
+    command = " ".join(["python", "benchmarks/klue_cpu.py", *sys.argv[1:]])
+    before = json.loads(result_path.read_text(encoding="utf-8")) if result_path.is_file() else {"rows": []}
+    for r in before["rows"]:  # (each row names the command and the load it ran under: rows of several runs are merged)
+        r.setdefault("command", before.get("command")), r.setdefault("load_average_start_end", before.get("load_average_start_end"))
+    rows = [{**r, "command": command, "load_average_start_end": load} for r in rows]
+    kept = [r for r in before["rows"] if (r["kind"], r["model"]) != (a.kind, a.model)] + rows
     summary = {}
     for r in kept:
         if r["row"] == "model":
@@ -91,8 +93,8 @@ def main() -> None:
                     summary.setdefault(f"{r['kind']} {r['task']} {k}", []).append(v)
     result = {
         "what": "KLUE scores of pretrained models against their random-init controls (issue 60)",
-        "command": " ".join(["python", "benchmarks/klue_cpu.py", *sys.argv[1:]]),
-        "machine": machine(), "load_average_start_end": load, "settings": settings, "rows": kept,
+        "commands": list(dict.fromkeys(r["command"] for r in kept)),
+        "machine": machine(), "settings": settings, "rows": kept,
         "mean_gain_over_control": {k: round(sum(v) / len(v), 4) for k, v in sorted(summary.items())},
     }
     atomic_write_json(result_path, result)

@@ -210,6 +210,7 @@ def bootstrap(score: Callable, groups: list[list[int]], n: int, seed: int) -> tu
     predictions, is left out of that one, and counted)."""
     rng = np.random.default_rng(seed)
     draws: dict[str, list[float]] = {}
+    n = n if groups else 0  # (nothing scored: no interval)
     for _ in range(n):
         pick = rng.integers(0, len(groups), len(groups))
         for k, v in score(np.concatenate([groups[i] for i in pick])).items():

@@ -285,8 +285,15 @@ def main(cfg: PositionsConfig) -> dict:
     device = "cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu"
     if cfg.device == "cuda" and device != "cuda":
         raise InputError("--device cuda: no CUDA device is available")
+    # an ELECTRA export's MLM head is its generator (final/generator/, which shares the discriminator's positions);
+    # a folder without an MLM head is refused, not scored through a random one
+    where = mf.path / "generator" if getattr(mf.config, "model_type", "") == "electra" and (mf.path / "generator").is_dir() else mf.path
     with quiet():
-        model = AutoModelForMaskedLM.from_pretrained(mf.path, local_files_only=True, dtype=torch.float32)
+        model, info = AutoModelForMaskedLM.from_pretrained(where, local_files_only=True, dtype=torch.float32, output_loading_info=True)
+    head = [k for k in info["missing_keys"] if not k.endswith("position_ids")]
+    if head:
+        raise InputError(f"{where}: no trained MLM head ({len(head)} weights missing, e.g. {head[0]}): positions are scored by masked-token "
+                         "prediction, which needs a pretraining checkpoint (BertForPreTraining / ...ForMaskedLM, or korbert's ELECTRA export)")
     r = score(model, docs, sp, cfg.seed, cfg.mask_prob, cfg.long_len, cfg.short_len, cfg.batch_size, device, keys=ids)
     assert list(r["masked_tokens"].values()) == counts.tolist()
     results = write_results(cfg.out, "positions", {

@@ -23,8 +23,11 @@ TAGS = ["korbert", "bert", "korean", "kiwi", "morpheme"]
 def _front_matter(m: dict, license: str, ours: dict | None, name: str, datasets: dict) -> str:
     import yaml
 
-    meta: dict = {"language": ["ko"], "library_name": "transformers", "pipeline_tag": "fill-mask",
-                  "tags": TAGS if m.get("tokenizer_kind") != "plain" else TAGS[:3]}
+    tags = TAGS if m.get("tokenizer_kind") != "plain" else TAGS[:3]
+    if m.get("objective") == "electra":  # a discriminator: no fill-mask widget (its generator/ fills masks)
+        meta: dict = {"language": ["ko"], "library_name": "transformers", "tags": [t if t != "bert" else "electra" for t in tags]}
+    else:
+        meta = {"language": ["ko"], "library_name": "transformers", "pipeline_tag": "fill-mask", "tags": tags}
     if license:
         meta["license"] = license
     if m.get("init_from"):
@@ -169,9 +172,16 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
     the card lists (`finetuning_lines`)."""
     mc = m["model_config"]
     run = m.get("config", {})
-    name = f"korbert BERT ({mc['num_hidden_layers']} layers, hidden {mc['hidden_size']})"
+    electra = m.get("electra") if m.get("objective") == "electra" else None
+    arch = "ELECTRA" if electra else "BERT"
+    name = f"korbert {arch} ({mc['num_hidden_layers']} layers, hidden {mc['hidden_size']})"
     ours = next((r for r in table or [] if r.get("origin") == "pretrained here"), None)
-    objective = "masked LM + next-sentence prediction" if m.get("objective", "mlm+nsp") == "mlm+nsp" else "masked LM (no NSP)"
+    objective = {"mlm+nsp": "masked LM + next-sentence prediction", "mlm": "masked LM (no NSP)"}.get(m.get("objective", "mlm+nsp"), "")
+    if electra:
+        g = electra["generator_config"]
+        objective = (f"replaced-token detection (ELECTRA: a generator of hidden {g['hidden_size']}, {g['num_attention_heads']} head(s), "
+                     f"{m.get('generator_parameters', 0) / 1e6:.1f}M parameters, fills the masked positions by sampling; this "
+                     f"discriminator tells every replaced token from the original ones; discriminator loss weight {electra['disc_weight']:g})")
     ours_tok = m.get("tokenizer_class", "KorBertTokenizer") == "KorBertTokenizer"
     plain = m.get("tokenizer_kind") == "plain"
     whose = "the model it continues" if m.get("init_from") else "another model"
@@ -181,9 +191,9 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
         _front_matter(m, license, ours, name, datasets or {}),
         f"# {name}",
         "",
-        f"A Korean BERT ({m['parameters'] / 1e6:.1f}M parameters; {mc['num_hidden_layers']} layers, hidden {mc['hidden_size']}, "
-        f"{mc['num_attention_heads']} heads, vocabulary {mc['vocab_size']:,}) pretrained with korbert on {objective}, with "
-        f"{vocabulary}.",
+        f"A Korean {arch}{' discriminator' if electra else ''} ({m['parameters'] / 1e6:.1f}M parameters; {mc['num_hidden_layers']} layers, "
+        f"hidden {mc['hidden_size']}, {mc['num_attention_heads']} heads, vocabulary {mc['vocab_size']:,}) pretrained with korbert on "
+        f"{objective}, with {vocabulary}." + (" The generator is in `generator/` (an ElectraForMaskedLM with the same tokenizer)." if electra else ""),
     ]
     init = m.get("init_from")
     if init:
@@ -215,7 +225,10 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
     else:
         heldout = ""
         if "mlm_acc" in held:
-            heldout = f" Held-out MLM accuracy {held['mlm_acc']:.4f}" + (f", NSP accuracy {held['nsp_acc']:.4f}" if "nsp_acc" in held else "")
+            heldout = f" Held-out {'generator ' if electra else ''}MLM accuracy {held['mlm_acc']:.4f}" + (f", NSP accuracy {held['nsp_acc']:.4f}" if "nsp_acc" in held else "")
+            if "disc_acc" in held:
+                auc = f", AUC {held['disc_auc']:.4f} on replaced tokens" if held.get("disc_auc") is not None else ""
+                heldout += f", discriminator accuracy {held['disc_acc']:.4f}{auc} ({held.get('replaced', 0):.1%} of the tokens replaced)"
             if "long_mlm_acc" in held:
                 heldout += f"; on the long phase's held-out instances, MLM accuracy {held['long_mlm_acc']:.4f}"
             heldout += "."
@@ -257,12 +270,14 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
         "",
         f'tok = AutoTokenizer.from_pretrained("PATH"{remote})' + ("   # or: import korbert, then without the flag" if ours_tok else ""),
         'model = AutoModel.from_pretrained("PATH")',
-        f'fill = pipeline("fill-mask", model="PATH"{remote})',
+        f'fill = pipeline("fill-mask", model="PATH{"/generator" if electra else ""}"{remote})',
         'fill("영화가 정말 [MASK]")',
         "```",
         "",
-        "Loading it for a task (AutoModelForSequenceClassification, ...) makes transformers report unused `cls.*` keys "
-        "(the pretraining heads) and, for token-level heads, `bert.pooler.*`: expected of a pretraining checkpoint.",
+        ("Loading it for a task (AutoModelForSequenceClassification, ...) makes transformers report unused "
+         "`discriminator_predictions.*` keys (the pretraining head): expected of an ELECTRA discriminator." if electra else
+         "Loading it for a task (AutoModelForSequenceClassification, ...) makes transformers report unused `cls.*` keys "
+         "(the pretraining heads) and, for token-level heads, `bert.pooler.*`: expected of a pretraining checkpoint."),
     ]
     if table:
         lines += ["", "## Evaluation", "", *render_table(table), ""]

@@ -68,6 +68,8 @@ def run_key(
         ident["init_from"] = init_key  # the starting weights by content, not by path
     else:
         ident.pop("init_from", None)  # (runs from scratch keep the key they had before the option existed)
+    if cfg.objective != "electra":
+        del ident["generator_size"], ident["disc_weight"]
     for k, default in (("objective", "mlm+nsp"), ("mask_prob", 0.0), ("precision", "bf16" if cuda else "fp32")):
         if ident[k] == default:  # options added later: at their defaults (CUDA's bf16, CPU's fp32 before) the key is as before
             del ident[k]
@@ -146,7 +148,8 @@ def truncate_log(path: Path, step: int) -> None:
 
 
 def export(model, tok, folder: Path, manifest_fields: dict, tokenizer_from: Path | None = None) -> None:
-    """final/: a plain BertForPreTraining (config.json + model.safetensors) + tokenizer + manifest +
+    """final/: a plain BertForPreTraining (ELECTRA: ElectraForPreTraining, and its generator in generator/ with the
+    tokenizer files) (config.json + model.safetensors) + tokenizer + manifest +
     the model card (README.md). Written into a temporary folder, then swapped in; every file with
     the mode the user's umask gives. The model_max_length of a korbert tokenizer (either kind) is the
     positions pretraining trained (`trained_seq_len`), else max_position_embeddings; another model's
@@ -155,9 +158,13 @@ def export(model, tok, folder: Path, manifest_fields: dict, tokenizer_from: Path
 
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    plain = BertForPreTraining(copy.deepcopy(model.config))
-    plain.load_state_dict(model.state_dict())
-    plain.config.architectures = ["BertForPreTraining"]
+    generator = None
+    if hasattr(model, "discriminator"):  # ELECTRA (korbert/electra.py): the discriminator here, the generator in generator/
+        plain, generator = model.exported()
+    else:
+        plain = BertForPreTraining(copy.deepcopy(model.config))
+        plain.load_state_dict(model.state_dict())
+        plain.config.architectures = ["BertForPreTraining"]
     if not hasattr(tok, "fingerprint"):  # another model's tokenizer: rows back in its own id order (korbert/foreign.py)
         from korbert.foreign import id_map, reorder_vocab
 
@@ -186,7 +193,11 @@ def export(model, tok, folder: Path, manifest_fields: dict, tokenizer_from: Path
         if cfg.get(KIND_KEY) == "plain":  # korbert's own kind: its length too (not part of its identity)
             atomic_write_bytes(cfg_path, (json.dumps({**cfg, "model_max_length": int(length)}, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
         tokenizer_hash = tokenizer_files_sha256(tmp)
-    files = sorted(p.name for p in tmp.iterdir() if p.is_file())
+    if generator is not None:  # its own folder, with the same tokenizer files: the fill-mask pipeline loads it as it is
+        generator.save_pretrained(tmp / "generator")
+        for name in sorted(p.name for p in tmp.iterdir() if p.is_file() and p.name not in ("config.json", "model.safetensors")):
+            shutil.copyfile(tmp / name, tmp / "generator" / name)
+    files = sorted(p.relative_to(tmp).as_posix() for p in [*tmp.iterdir(), *(tmp / "generator").glob("*")] if p.is_file())
     from korbert.model import count_parameters
 
     shape = {"parameters": count_parameters(model)}  # (the card's; a run passes them too)
@@ -195,7 +206,9 @@ def export(model, tok, folder: Path, manifest_fields: dict, tokenizer_from: Path
     from korbert.card import write_card  # README.md, the model card, from that manifest (not in its file list)
 
     write_card(tmp)
-    plain_modes(tmp)  # (safetensors writes model.safetensors 0600)
+    for where in (tmp, tmp / "generator"):  # (safetensors writes model.safetensors 0600)
+        if where.is_dir():
+            plain_modes(where)
     old = folder.with_name(folder.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if folder.exists():
@@ -271,10 +284,14 @@ def model_config(cfg: PretrainConfig, state: dict | None, init: dict | None, map
             mcfg = bert_config(cfg.model_size, vocab, max_seq_len, parse_overrides(cfg.override))
         except ValueError as e:
             raise InputError(str(e)) from None
-    else:
-        from transformers import BertConfig
+        if cfg.objective == "electra":  # the discriminator's shape (the generator's follows from it: korbert/electra.py)
+            from korbert.electra import electra_configs
 
-        mcfg = BertConfig.from_dict(state["state"]["model_config"])
+            mcfg = electra_configs(mcfg, cfg.generator_size)[0]
+    else:
+        from transformers import BertConfig, ElectraConfig
+
+        mcfg = (ElectraConfig if cfg.objective == "electra" else BertConfig).from_dict(state["state"]["model_config"])
         mcfg._attn_implementation = "sdpa"
     if mcfg.vocab_size != vocab and not (init is not None and mcfg.vocab_size > vocab):  # (a released model may pad its vocabulary)
         raise InputError(f"model vocab_size {mcfg.vocab_size} != tokenizer size {vocab}")

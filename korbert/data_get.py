@@ -278,11 +278,12 @@ def get(names: list[str], folder: Path, mirror: str | None = None, progress: boo
     folder.mkdir(parents=True, exist_ok=True)
     with _locked(folder):
         manifest = _get(want, folder, mirror, progress, replace)
-    stale = [n for n, d in DATASETS.items() if d.reads_if_there and n in manifest["datasets"] and n not in want
-             and any(p.relative_to(folder).as_posix() not in manifest["datasets"][n].get("inputs", {}) for p in d.reads_if_there(folder))]
-    if stale:  # e.g. KLUE's dev files fetched after the corpora: their text is still in them
-        files = sorted({p.name for n in stale for p in DATASETS[n].reads_if_there(folder)})
-        print(f"{', '.join(stale)}: derived before files they are filtered by ({', '.join(files)}) were here: "
+    changed = {n: [p for p in d.reads_if_there(folder) if manifest["datasets"][n].get("inputs", {}).get(p.relative_to(folder).as_posix()) != sha256_file(p)]
+               for n, d in DATASETS.items() if d.reads_if_there and n in manifest["datasets"] and n not in want}
+    stale = [n for n, files in changed.items() if files]
+    if stale:  # e.g. KLUE's dev files fetched (or changed) after the corpora were derived: their text is still in them
+        files = sorted({p.name for n in stale for p in changed[n]})
+        print(f"{', '.join(stale)}: derived before files they are filtered by ({', '.join(files)}) were here as they are now: "
               f"`korbert data get {' '.join(stale)}` derives them again without that text", file=sys.stderr)
     return manifest
 

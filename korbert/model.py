@@ -73,6 +73,10 @@ class PretrainingOutput:
     nsp_loss_sum: torch.Tensor
     nsp_correct: torch.Tensor
     nsp_count: torch.Tensor
+    # ELECTRA (korbert/electra.py): its discriminator fills the nsp_* fields; these are its logit and label at
+    # every position of the batch, the label -1 where nothing is scored (padding, [CLS], [SEP]): the held-out AUC
+    disc_logits: torch.Tensor | None = None
+    disc_labels: torch.Tensor | None = None
 
     def totals(self) -> torch.Tensor:
         """float64 [6]: mlm loss sum/correct/count, nsp loss sum/correct/count (summed over batches for logs and evals)."""
@@ -128,6 +132,50 @@ def cu_seqlens_of(segments: torch.Tensor) -> torch.Tensor:
     return torch.cat((idx, idx.new_tensor([r * t]))).to(torch.int32)
 
 
+def run_layers(owner, layers, heads: int, x: torch.Tensor, segments: torch.Tensor, cu_seqlens: torch.Tensor | None, packed: bool) -> torch.Tensor:
+    """BERT's post-LayerNorm layers (transformers' BertLayer, or ElectraLayer: the same modules) over `x`
+    (R, T, H), each token attending to its own instance only, by `owner.attention` (sdpa, varlen or flex; see
+    `KorBertForPreTraining`), with `owner.fused_qkv`; dropout when `owner.training`."""
+    r, t, h = x.shape
+    d = h // heads
+    p_drop = layers[0].attention.self.dropout.p if owner.training and len(layers) else 0.0
+    dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+    path = attention_path(owner.attention, x.device, dtype, p_drop, owner.training and torch.is_grad_enabled())
+    if path == "varlen":
+        cu = cu_seqlens if cu_seqlens is not None else cu_seqlens_of(segments)
+    elif path == "flex":
+        flex, block_mask = flex_attention()
+        seg = segments
+        mask = block_mask(lambda b, hd, q, k: seg[b, q] == seg[b, k], r, None, t, t, device=x.device)
+    elif packed:  # each token attends to its own instance (padding to padding: no empty attention row)
+        mask = segments[:, None, :, None] == segments[:, None, None, :]  # (R, 1, T, T) block-diagonal
+    else:  # one instance per row: the key padding mask, broadcast over the queries
+        mask = (segments > 0)[:, None, None, :]  # (R, 1, 1, T)
+    for layer in layers:
+        sa = layer.attention.self
+        if owner.fused_qkv:
+            w = torch.cat((sa.query.weight, sa.key.weight, sa.value.weight))
+            b = torch.cat((sa.query.bias, sa.key.bias, sa.value.bias))
+            q, k, v = F.linear(x, w, b).view(r, t, 3, heads, d).unbind(2)  # (R, T, heads, d) each
+        else:
+            q, k, v = (m(x).view(r, t, heads, d) for m in (sa.query, sa.key, sa.value))
+        if path == "varlen":
+            ctx = varlen_attention()(q.reshape(r * t, heads, d), k.reshape(r * t, heads, d), v.reshape(r * t, heads, d), cu, cu, t, t)
+            ctx = ctx.reshape(r, t, h)
+        else:
+            q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # (R, heads, T, d)
+            if path == "flex":
+                ctx = flex(q, k, v, block_mask=mask)
+            else:
+                ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
+            ctx = ctx.transpose(1, 2).reshape(r, t, h)
+        so = layer.attention.output
+        x = so.LayerNorm(so.dropout(so.dense(ctx)) + x)
+        out = layer.output
+        x = out.LayerNorm(out.dropout(out.dense(layer.intermediate.intermediate_act_fn(layer.intermediate.dense(x)))) + x)
+    return x
+
+
 class KorBertForPreTraining(BertForPreTraining):
     """BertForPreTraining whose `pretraining_forward` predicts the masked positions only.
 
@@ -159,48 +207,8 @@ class KorBertForPreTraining(BertForPreTraining):
     ) -> torch.Tensor:
         """The encoder's last hidden state (R, T, H), each token attending to its own instance only
         (BERT's post-LayerNorm layers, the modules of `self.bert`; the pooler is the caller's)."""
-        bert, cfg = self.bert, self.config
-        x = bert.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
-        r, t, h = x.shape
-        heads = cfg.num_attention_heads
-        d = h // heads
-        layers = bert.encoder.layer
-        p_drop = layers[0].attention.self.dropout.p if self.training and len(layers) else 0.0
-        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
-        path = attention_path(self.attention, x.device, dtype, p_drop, self.training and torch.is_grad_enabled())
-        if path == "varlen":
-            cu = cu_seqlens if cu_seqlens is not None else cu_seqlens_of(segments)
-        elif path == "flex":
-            flex, block_mask = flex_attention()
-            seg = segments
-            mask = block_mask(lambda b, hd, q, k: seg[b, q] == seg[b, k], r, None, t, t, device=x.device)
-        elif packed:  # each token attends to its own instance (padding to padding: no empty attention row)
-            mask = segments[:, None, :, None] == segments[:, None, None, :]  # (R, 1, T, T) block-diagonal
-        else:  # one instance per row: the key padding mask, broadcast over the queries
-            mask = (segments > 0)[:, None, None, :]  # (R, 1, 1, T)
-        for layer in layers:
-            sa = layer.attention.self
-            if self.fused_qkv:
-                w = torch.cat((sa.query.weight, sa.key.weight, sa.value.weight))
-                b = torch.cat((sa.query.bias, sa.key.bias, sa.value.bias))
-                q, k, v = F.linear(x, w, b).view(r, t, 3, heads, d).unbind(2)  # (R, T, heads, d) each
-            else:
-                q, k, v = (m(x).view(r, t, heads, d) for m in (sa.query, sa.key, sa.value))
-            if path == "varlen":
-                ctx = varlen_attention()(q.reshape(r * t, heads, d), k.reshape(r * t, heads, d), v.reshape(r * t, heads, d), cu, cu, t, t)
-                ctx = ctx.reshape(r, t, h)
-            else:
-                q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # (R, heads, T, d)
-                if path == "flex":
-                    ctx = flex(q, k, v, block_mask=mask)
-                else:
-                    ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
-                ctx = ctx.transpose(1, 2).reshape(r, t, h)
-            so = layer.attention.output
-            x = so.LayerNorm(so.dropout(so.dense(ctx)) + x)
-            out = layer.output
-            x = out.LayerNorm(out.dropout(out.dense(layer.intermediate.intermediate_act_fn(layer.intermediate.dense(x)))) + x)
-        return x
+        x = self.bert.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
+        return run_layers(self, self.bert.encoder.layer, self.config.num_attention_heads, x, segments, cu_seqlens, packed)
 
     def pretraining_forward(
         self,

@@ -1,4 +1,5 @@
-"""Pretraining: MLM + NSP on the shards, one loop for 1 CPU, 1 GPU or N GPUs (torchrun), resumable.
+"""Pretraining: MLM + NSP (or MLM alone, or ELECTRA: korbert/electra.py) on the shards, one loop for 1 CPU, 1 GPU
+or N GPUs (torchrun), resumable.
 
     korbert pretrain --shards runs/shards --out runs/pretrain --model-size mini --max-steps 2000
     torchrun --nproc_per_node 8 -m korbert.pretrain --shards ... --model-size base --tokens-per-batch 131072 --pack --compile
@@ -11,7 +12,8 @@ The out folder holds (written atomically):
                    the interval spent waiting for the loader) + held-out evals
     config.json    the resolved run config
     final/         config.json + model.safetensors + tokenizer files + manifest.json: a folder
-                   plain transformers loads (BertForPreTraining, AutoModelForMaskedLM, fill-mask)
+                   plain transformers loads (BertForPreTraining, AutoModelForMaskedLM, fill-mask; ELECTRA:
+                   ElectraForPreTraining, its generator in final/generator/)
 
 The shape of `Trainer`: setup (__init__: shards, model, optimizer, data, resume) -> `train()`, a
 loop of `step()` (one optimizer step) and `interval()` (log, held-out eval, checkpoint) -> `export()`.
@@ -100,8 +102,12 @@ class Trainer:
         fingerprint = foreign.fingerprint(tok, self.tok_dir)
         if fingerprint != sm["tokenizer_hash"]:
             raise InputError(f"--shards {cfg.shards}: its tokenizer copy has hash {fingerprint[:12]}, the manifest says {sm['tokenizer_hash'][:12]}")
-        if cfg.objective != "mlm" and not sm["config"].get("nsp", True):
-            raise InputError(f"--shards {cfg.shards} were made without NSP labels (--no-nsp): pretrain them with --objective mlm")
+        if cfg.objective == "mlm+nsp" and not sm["config"].get("nsp", True):
+            raise InputError(f"--shards {cfg.shards} were made without NSP labels (--no-nsp): pretrain them with --objective mlm or electra")
+        if cfg.objective == "electra":
+            from korbert.electra import check_settings
+
+            check_settings(cfg, self.id_map is not None)
         if cfg.mask_prob and (not 0 < cfg.mask_prob < 1 or sm["config"]["masking"] != "dynamic"):
             raise InputError("--mask-prob must be in (0, 1) and needs dynamic shards (static shards hold their masks)")
         self.init = init_source(cfg, tok, sm["tokenizer_hash"]) if cfg.init_from else None
@@ -110,6 +116,7 @@ class Trainer:
             raise InputError(f"--long-init copy: --init-from {cfg.init_from} already trained positions up to "
                              f"{self.init['trained_seq_len']}; copying rows over them would discard them (use --long-init keep)")
         self.nsp = cfg.objective == "mlm+nsp"
+        self.second = {"mlm+nsp": "nsp", "electra": "disc"}.get(cfg.objective)  # the second loss: NSP, ELECTRA's discriminator, none
         self.fixed = cfg.fixed_shapes == "on" or (cfg.fixed_shapes == "auto" and cfg.compile and cfg.pack)
         if self.fixed and not cfg.pack:
             raise InputError("--fixed-shapes on needs --pack (every row is max_seq_len tokens)")
@@ -177,11 +184,12 @@ class Trainer:
         self.n_params = count = count_parameters(self.model)
         self.peak = peak_flops(torch.cuda.get_device_name(dev)) if self.cuda else None
         self.hardware = f"{dist.world} x {torch.cuda.get_device_name(dev)}" if self.cuda else f"{machine()['cpu']} ({torch.get_num_threads()} threads)"
+        arch = "ELECTRA" if self.second == "disc" else "BERT"
         if dist.main:
             out.mkdir(parents=True, exist_ok=True)
             atomic_write_json(out / "config.json", {"run": self.run_cfg, "model": mcfg.to_dict()})
             print(
-                f"pretrain: {f'{cfg.init_from} (continued)' if self.init else f'BERT-{cfg.model_size}'} ({count / 1e6:.1f}M parameters, L{mcfg.num_hidden_layers}/H{mcfg.hidden_size}/"
+                f"pretrain: {f'{cfg.init_from} (continued)' if self.init else f'{arch}-{cfg.model_size}'} ({count / 1e6:.1f}M parameters, L{mcfg.num_hidden_layers}/H{mcfg.hidden_size}/"
                 f"A{mcfg.num_attention_heads}, vocab {mcfg.vocab_size}) on {dev}{f' x {dist.world}' if dist.world > 1 else ''}; "
                 f"{len(train)} training instances, global batch {self.global_batch}{' (packed rows)' if cfg.pack else ''}"
                 f"{', compiled' if cfg.compile else ''}{f', fixed shapes {self.phases[0].fixed}' if self.fixed else ''}, "
@@ -276,6 +284,10 @@ class Trainer:
 
         dist, dev = self.dist, self.dev
         predicted, pairs = (sum(mb["counts"][j] for mb in micro) for j in (0, 1))  # Python ints from make_batch
+        if self.second == "disc":  # ELECTRA's second normalizer: the tokens its discriminator scores
+            from korbert.electra import scored_tokens
+
+            pairs = sum(scored_tokens(mb["input_ids"], mb["segments"]) for mb in micro)
         # one all-reduce carries the global counts (the loss normalizers) and rank 0's clock
         mine = torch.tensor([predicted, pairs, self.clock if dist.main else 0.0], dtype=torch.float64)
         glob = dist.all_sum(mine.to(dev, non_blocking=True))
@@ -335,7 +347,7 @@ class Trainer:
         dt = max(time.time() - self.t_interval, 1e-9)
         tps = self.interval_tokens / dt
         mlm, nsp = tot[0] / max(tot[2], 1), tot[3] / max(tot[5], 1)
-        loss = mlm + nsp
+        loss, sec = mlm + (cfg.disc_weight if self.second == "disc" else 1) * nsp, self.second
         if not math.isfinite(loss):
             raise InputError(
                 f"non-finite loss ({loss}) at step {step}, lr {self.lr:.2e}; the last good checkpoint is kept at "
@@ -343,8 +355,8 @@ class Trainer:
             )
         rec = {
             "step": step, "tokens": self.tokens, "loss": round(loss, 5), "mlm_loss": round(mlm, 5),
-            **({"nsp_loss": round(nsp, 5)} if self.nsp else {}),
-            "mlm_acc": round(tot[1] / max(tot[2], 1), 5), **({"nsp_acc": round(tot[4] / max(tot[5], 1), 5)} if self.nsp else {}),
+            **({f"{sec}_loss": round(nsp, 5)} if sec else {}),
+            "mlm_acc": round(tot[1] / max(tot[2], 1), 5), **({f"{sec}_acc": round(tot[4] / max(tot[5], 1), 5)} if sec else {}),
             "lr": self.lr, "tokens_per_s": round(tps, 1), "seconds": round(self.seconds, 2),
             "padding": round(1 - self.interval_tokens / max(1, self.padded * dist.world), 4), "seq_len": self.phase.max_len,
             # the share of the interval spent waiting for the next batch, the largest over the ranks (a slow loader
@@ -353,7 +365,7 @@ class Trainer:
         }
         if self.gnorm is not None:
             rec["grad_norm"] = round(float(self.gnorm), 4)
-        flops = step_flops(self.mcfg, self.interval_tokens, self.interval_attended, tot[2], tot[5])
+        flops = (self.model.step_flops if self.second == "disc" else step_flops)(self.mcfg, self.interval_tokens, self.interval_attended, tot[2], tot[5])
         rec["tflops"] = round(flops / dt / 1e12, 4)
         if self.peak:
             rec["mfu"] = round(flops / dt / (self.peak * dist.world), 4)
@@ -364,18 +376,18 @@ class Trainer:
             if rec["data_wait"] >= 0.05:
                 mfu += f", waiting for data {rec['data_wait']:.0%}"
             self.bar.write(
-                f"step {step}: loss {loss:.4f}{f' (mlm {mlm:.4f}, nsp {nsp:.4f})' if self.nsp else ''}, mlm acc {rec['mlm_acc']:.3f}, "
+                f"step {step}: loss {loss:.4f}{f' (mlm {mlm:.4f}, {sec} {nsp:.4f})' if sec else ''}, mlm acc {rec['mlm_acc']:.3f}, "
                 f"lr {self.lr:.2e}, {tps:,.0f} tok/s{mfu}"
             )
         if (cfg.eval_every > 0 and step % cfg.eval_every == 0) or done:
-            self.last_eval = evaluate(self.model, self.held_out, self.dev, self.autocast, self.nsp) if dist.main else {}
+            self.last_eval = self._evaluate(self.held_out) if dist.main else {}
             if self.held_out_long and (self.in_long or done):  # the long phase's shards, from its start on
-                long = evaluate(self.model, self.held_out_long, self.dev, self.autocast, self.nsp)
-                self.last_eval.update({f"long_{k}": v for k, v in long.items()})
+                self.last_eval.update({f"long_{k}": v for k, v in self._evaluate(self.held_out_long).items()})
             if self.last_eval:
                 e = self.last_eval
                 rec.update({f"eval_{k}": round(v, 5) if isinstance(v, float) else v for k, v in e.items()})
-                said = [f"mlm loss {e['mlm_loss']:.4f}, mlm acc {e['mlm_acc']:.4f}" + (f", nsp acc {e['nsp_acc']:.4f}" if self.nsp else "")] if "mlm_loss" in e else []
+                said = [f"mlm loss {e['mlm_loss']:.4f}, mlm acc {e['mlm_acc']:.4f}" + (f", {sec} acc {e[f'{sec}_acc']:.4f}" if sec else "")
+                        + (f", disc auc {e['disc_auc']:.4f}" if e.get("disc_auc") is not None else "")] if "mlm_loss" in e else []
                 if "long_mlm_loss" in e:
                     said.append(f"at {self.long_len}: mlm loss {e['long_mlm_loss']:.4f}, mlm acc {e['long_mlm_acc']:.4f}")
                 self.bar.write(f"step {step}: held-out {'; '.join(said)}")
@@ -384,6 +396,15 @@ class Trainer:
             self._save_checkpoint()
         dist.barrier()
         self._reset_interval()
+
+    def _evaluate(self, batches: list) -> dict:
+        """korbert.heldout.evaluate on fixed batches, with the random streams set aside: ELECTRA's generator samples
+        in it, and an evaluation must neither draw on the training's streams nor differ from one call to the next."""
+        import torch
+
+        with torch.random.fork_rng(devices=[self.dev] if self.cuda else []):
+            torch.manual_seed(self.cfg.seed)
+            return evaluate(self.model, batches, self.dev, self.autocast, self.second)
 
     def _log(self, rec: dict) -> None:
         if not self.dist.main:
@@ -489,7 +510,9 @@ class Trainer:
         cfg, sm = self.cfg, self.shards_manifest
         return {
             "run_key": self.key, "budget": run_budget(cfg),
-            "step": self.step_no, "tokens": self.tokens, "seconds": round(self.seconds, 1), "parameters": self.n_params,
+            "step": self.step_no, "tokens": self.tokens, "seconds": round(self.seconds, 1),
+            "parameters": self.model.parameters_of("discriminator") if self.second == "disc" else self.n_params,
+            **({"generator_parameters": self.model.parameters_of("generator")} if self.second == "disc" else {}),
             "eval": self.last_eval, "model_size": cfg.model_size, "config": self.run_cfg, "shards_key": sm["key"],
             "shards_path": str(cfg.shards), "objective": cfg.objective,
             "model_config": {**self.mcfg.to_dict(), **({"pad_token_id": self.tok.pad_token_id} if self.id_map is not None else {})},
@@ -498,7 +521,9 @@ class Trainer:
             **({"long_shards_key": self.long_manifest["key"], "long_from_step": self.long_from, "long_steps": self.pos[1],
                 "long_phase": long_phase_record(cfg, self.max_len, None if self.long_start is None else lr_for(
                     self.long_from, self.long_start, cfg, self.steps_hint, self.warm_end, None))} if self.long_manifest else {}),
-            **({} if self.nsp else {"untrained": [f"{p}*" for p in UNTRAINED_WITHOUT_NSP]}),
+            **({"untrained": [f"{p}*" for p in UNTRAINED_WITHOUT_NSP]} if cfg.objective == "mlm" else {}),
+            **({"electra": {"generator_size": cfg.generator_size, "disc_weight": cfg.disc_weight,
+                            "generator_config": self.model.generator.config.to_dict()}} if self.second == "disc" else {}),
             **({"init_from": {k: self.init[k] for k in ("folder", "weights_sha256", "fresh")}} if self.init else {}),
             "corpus": corpus_record(sm),  # what the model card says it was trained on
             **({"long_corpus": corpus_record(self.long_manifest), "long_shards_path": str(cfg.long_shards)} if self.long_manifest else {}),
@@ -512,7 +537,8 @@ class Trainer:
             export(self.model, self.tok, self.final, result, self.tok_dir)
             s = max(self.seconds, 1e-9)
             e = self.last_eval
-            nsp = f", nsp acc {e.get('nsp_acc', float('nan')):.4f}" if self.nsp else " (MLM only: pooler and NSP head untrained)"
+            nsp = {"nsp": f", nsp acc {e.get('nsp_acc', float('nan')):.4f}", None: " (MLM only: pooler and NSP head untrained)",
+                   "disc": f" (the generator's), discriminator acc {e.get('disc_acc', float('nan')):.4f}"}[self.second]
             print(
                 f"pretrain: {self.step_no} steps, {self.tokens:,} tokens in {s / 60:.1f} min ({self.tokens / s:,.0f} tok/s); "
                 f"held-out mlm acc {e.get('mlm_acc', float('nan')):.4f}{nsp} -> {self.final}"

@@ -10,7 +10,7 @@ from corpus_tools import config as C
 
 @dataclass
 class PretrainConfig:
-    """Pretrain a BERT (MLM + NSP) from shards and export it for transformers."""
+    """Pretrain a BERT (MLM + NSP, MLM alone) or an ELECTRA from shards and export it for transformers."""
 
     shards: str = C.field("runs/shards", "shards folder (the output of `korbert shards`)")
     out: str = C.field("runs/pretrain", "run folder: ckpt.pt, log.jsonl, final/")
@@ -46,8 +46,12 @@ class PretrainConfig:
     )
     objective: str = C.field(
         "mlm+nsp", "mlm+nsp: BERT's two losses; mlm: masked LM only (RoBERTa, Cramming), the pooler and NSP head are "
-        "exported untrained (shards made with --no-nsp need it)", choices=["mlm+nsp", "mlm"],
+        "exported untrained (shards made with --no-nsp need it, or electra); electra: replaced-token detection (ELECTRA): a small "
+        "generator fills the masked positions by sampling, the model (the discriminator) tells every replaced token from the "
+        "original ones; final/ is an ElectraForPreTraining, final/generator/ the ElectraForMaskedLM", choices=["mlm+nsp", "mlm", "electra"],
     )
+    generator_size: float = C.field(0.25, "--objective electra: the generator's hidden size, heads and FFN as a share of the model's (ELECTRA: 1/4 to 1/3)")
+    disc_weight: float = C.field(50.0, "--objective electra: the weight of the discriminator's loss against the generator's MLM loss (ELECTRA: 50)")
     mask_prob: float = C.field(0.0, "dynamic shards: predict this share of the tokens instead of the shards' mask_prob (0: the shards')")
     grad_accum: int = C.field(1, "micro-batches per optimizer step")
     lr: float = C.field(5e-4, "peak learning rate (AdamW, betas 0.9/0.98, eps 1e-6)")

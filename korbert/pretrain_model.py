@@ -24,7 +24,12 @@ def build_model(cfg: PretrainConfig, mcfg, state: dict | None, init: dict | None
 
     cuda = dev.type == "cuda"
     torch.manual_seed(cfg.seed)
-    model = KorBertForPreTraining(mcfg)
+    if cfg.objective == "electra":  # the generator and the discriminator (korbert/electra.py)
+        from korbert.electra import SCORED_NOT, KorElectraForPreTraining, generator_config
+
+        model = KorElectraForPreTraining(mcfg, generator_config(mcfg, cfg.generator_size), cfg.disc_weight, SCORED_NOT)
+    else:
+        model = KorBertForPreTraining(mcfg)
     model.attention = cfg.attention
     if precision == "bf16-stream":
         bf16_residual_stream(model)
@@ -34,7 +39,7 @@ def build_model(cfg: PretrainConfig, mcfg, state: dict | None, init: dict | None
             from korbert.foreign import own_ids, reorder_vocab
 
             reorder_vocab(model, own_ids(tok, mcfg.vocab_size))
-    if not nsp:  # MLM only: the pooler and the NSP head get no gradient and stay as initialized
+    if not nsp and cfg.objective != "electra":  # MLM only: the pooler and the NSP head get no gradient and stay as initialized
         for n, p in model.named_parameters():
             if n.startswith(UNTRAINED_WITHOUT_NSP):
                 p.requires_grad_(False)

@@ -282,6 +282,9 @@ def stage_configs(cfg: RecipeConfig) -> dict:
         stage, _, name = key.partition(".")
         if stage not in classes or not name or not _:
             raise InputError(f"--set {item!r}: expected stage.field=value with stage one of {', '.join(classes)}")
+        if stage == "klue" and name in KLUE_PER_ROW:
+            raise InputError(f"--set {item!r}: the recipe sets klue.{name} for each row (the model, its control, --compare); "
+                             "set it with `korbert eval klue-TASK`, or --klue and --data for the tasks and files")
         overrides[stage][name] = _coerce(classes[stage], name, value)
     cfgs = {}
     if cfg.init_from and {"model_size", "override"} & set(overrides["pretrain"]):
@@ -301,6 +304,10 @@ def stage_configs(cfg: RecipeConfig) -> dict:
             values = {**base[s], **p[s], **overrides[s]}
         values = {k: v for k, v in values.items() if k in known}
         cfgs[s] = classes[s](**values)
+    if cfgs["pretrain"].objective == "electra":  # refused now, not after the vocabulary and the shards
+        from korbert.electra import check_settings
+
+        check_settings(cfgs["pretrain"], False)
     if cfgs["vocab"].kind == "plain" and "analyzer" not in overrides["baseline"] and not cfg.init_from:
         cfgs["baseline"] = replace(cfgs["baseline"], analyzer="char")  # the plain kind's run needs no Kiwi anywhere
     # BERT's second phase when the long shards are longer (the GPU presets: 512): the pretraining's last share reads them
@@ -328,10 +335,16 @@ def stage_configs(cfg: RecipeConfig) -> dict:
         del cfgs["vocab"]
     from korbert.folders import check_trained_positions
 
+    from korbert import recipe_klue
+
+    klue_tasks, klue_cfg = recipe_klue.chosen(cfg.klue, klue_data), KlueConfig(**{**p.get("klue", {}), **overrides["klue"]})
+    if klue_tasks and klue_cfg.max_len > trained and not klue_cfg.allow_untrained_positions:
+        raise InputError(f"klue.max_len {klue_cfg.max_len} is longer than the {trained} tokens pretraining trains: "
+                         f"set klue.max_len={trained}, or shards_long.max_seq_len={klue_cfg.max_len}")
     # every folder fine-tuned as it is (--compare, and the starting model of --control start): checked before pretraining
     for mf in compared + ([start] if control == "start" else []):
-        for task in ("nsmc", "korquad"):
-            check_trained_positions(mf, cfgs[task].max_len, cfgs[task].allow_untrained_positions, False, f"--set {task}.max_len=...")
+        for task, c in (("nsmc", cfgs["nsmc"]), ("korquad", cfgs["korquad"]), *([("klue", klue_cfg)] if klue_tasks else [])):
+            check_trained_positions(mf, c.max_len, c.allow_untrained_positions, False, f"--set {task}.max_len=...")
     compare, slugs = [], []
     for folder in cfg.compare:
         slug = "compare-" + "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in Path(folder.rstrip("/")).name)
@@ -342,9 +355,7 @@ def stage_configs(cfg: RecipeConfig) -> dict:
             "nsmc": replace(cfgs["nsmc"], model=folder, out=str(out / "nsmc" / slug)),
             "korquad": replace(cfgs["korquad"], model=folder, out=str(out / "korquad" / slug)),
         })
-    from korbert import recipe_klue
-
-    klue = recipe_klue.plan(recipe_klue.chosen(cfg.klue, klue_data), {**p.get("klue", {}), **overrides["klue"]}, final, out, control,
+    klue = recipe_klue.plan(klue_tasks, {**p.get("klue", {}), **overrides["klue"]}, final, out, control,
                             cfg.init_from, slugs)
     return {"out": out, "cfgs": cfgs, "compare": compare, "control": control, "klue": klue}
 
@@ -373,6 +384,7 @@ def _key(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+KLUE_PER_ROW = ("model", "out", "dev_file", "train_file", "control")  # what recipe_klue.plan sets for each task and row
 EVAL_SETTINGS_ADDED_LATER = {"epoch_window": ""}  # (KorQuAD's): at these defaults an eval's key is as before them
 
 
@@ -506,10 +518,13 @@ def main(cfg: RecipeConfig) -> dict:
     from evals.klue import main as klue_main
     from korbert import recipe_klue
 
-    keys = {"model": model_key, "control": control_key, "start": control_key}
+    from evals.klue_data import READER_VERSION
+
+    keys = {"model": model_key, "control": control_key, "start": control_key}  # (and what the KLUE readers take from the files)
     klue = [{**k, "result": ev(f"{recipe_klue.TASKS[k['task']]} ({Path(k['folder'].rstrip('/')).name if k['folder'] else k['row']})",
                                SimpleNamespace(main=partial(klue_main, recipe_klue.TASKS[k["task"]])), k["cfg"],
-                               _folder_key(k["folder"]) if k["folder"] else keys[k["row"]])} for k in plan["klue"]]
+                               _key(_folder_key(k["folder"]) if k["folder"] else keys[k["row"]], "klue reader", READER_VERSION))}
+            for k in plan["klue"]]
     from korbert.report import write_report
 
     report = write_report(out, cfg, PRESETS[cfg.preset], cfgs, vm, sm, pm, results, times, time.time() - t_start, compared, plan["control"], klue)

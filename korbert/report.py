@@ -22,7 +22,8 @@ def model_name(pre) -> str:
     from korbert.model import parse_overrides  # the one parser of --override key=value
 
     shape = [f"{k}={v}" for k, v in parse_overrides(pre.override).items() if k in _SHAPE]
-    return ", ".join([f"BERT-{pre.model_size}", *shape])
+    arch = f"ELECTRA-{pre.model_size} (generator {pre.generator_size:g} of its width)" if pre.objective == "electra" else f"BERT-{pre.model_size}"
+    return ", ".join([arch, *shape])
 
 
 def folder_name(folder: str) -> str:
@@ -123,6 +124,8 @@ def write_report(out: Path, cfg, preset: dict, cfgs: dict, vm: dict | None, sm: 
             "global_batch": pm["config"]["global_batch"], "lr": pre.lr, "objective": pre.objective,
             "instances": sm["config"].get("instances", "document"), "tokens_per_instance": tr.get("tokens_per_instance"),
             "held_out_mlm_accuracy": pre_eval.get("mlm_acc"), "held_out_mlm_loss": pre_eval.get("mlm_loss"), "held_out_nsp_accuracy": pre_eval.get("nsp_acc"),
+            **({"held_out_disc_accuracy": pre_eval.get("disc_acc"), "held_out_disc_auc": pre_eval.get("disc_auc"),
+                "generator_parameters": pm.get("generator_parameters"), "disc_weight": pre.disc_weight} if pre.objective == "electra" else {}),
             **({"long_phase": {
                 "steps": pm.get("long_steps"), "from_step": pm.get("long_from_step"), "steps_text": long_steps_text(pm),
                 "max_seq_len": pm["long_corpus"]["max_seq_len"],
@@ -233,8 +236,11 @@ def render(r: dict) -> str:
         f"{p['model']} ({p['parameters'] / 1e6:.1f}M parameters), budget: {budget}; global batch {p['global_batch']}, peak lr {p['lr']}.",
         f"{p['steps']:,} steps, {p['tokens']:,} tokens in {p['seconds'] / 60:.1f} min ({p['tokens_per_s']:,.0f} tokens/s).",
         f"Objective {p.get('objective', 'mlm+nsp')}, {p.get('instances', 'document')} instances{per_instance}.",
-        f"Held-out MLM accuracy {pct(p['held_out_mlm_accuracy'])}%, MLM loss {p['held_out_mlm_loss'] or float('nan'):.3f}"
-        + (f", NSP accuracy {pct(p['held_out_nsp_accuracy'])}%." if p.get("held_out_nsp_accuracy") is not None else " (MLM only: no NSP)."),
+        f"Held-out {'generator ' if 'disc_weight' in p else ''}MLM accuracy {pct(p['held_out_mlm_accuracy'])}%, MLM loss {p['held_out_mlm_loss'] or float('nan'):.3f}"
+        + (f", NSP accuracy {pct(p['held_out_nsp_accuracy'])}%." if p.get("held_out_nsp_accuracy") is not None else
+           f"; discriminator accuracy {pct(p['held_out_disc_accuracy'])}%, AUC {p['held_out_disc_auc'] or float('nan'):.3f} on replaced "
+           f"tokens (generator {p['generator_parameters'] / 1e6:.1f}M parameters, discriminator loss weight {p['disc_weight']:g})."
+           if "disc_weight" in p else " (MLM only: no NSP)."),
         *_long_phase_lines(p.get("long_phase")),
         "",
     ]

@@ -55,7 +55,8 @@ def _quiet_transformers():
 
 
 class Encoder:
-    """A model folder loaded once: the korbert tokenizer and a BertForMaskedLM (encoder + MLM head).
+    """A model folder loaded once: the korbert tokenizer and a BertForMaskedLM (encoder + MLM head), or for an
+    ELECTRA export the discriminator's encoder and its generator/ (the MLM head fill-mask uses).
 
     Checks what `korbert eval` checks: config.json, weights, tokenizer files beside them, and that
     the tokenizer is the one manifest.json says the model was trained with."""
@@ -73,17 +74,35 @@ class Encoder:
         if not weights.is_file():  # the MLM head's presence is read from the safetensors index
             raise InputError(f"{folder}: no model.safetensors")
         self.folder = path
-        with safe_open(str(weights), "pt") as f:
-            keys = list(f.keys())
-        self.has_mlm_head = any(k.startswith("cls.predictions.") for k in keys)
-        if config.model_type != "bert":
-            raise InputError(f"{folder}: model_type {config.model_type!r}, expected 'bert'")
+        if config.model_type not in ("bert", "electra"):
+            raise InputError(f"{folder}: model_type {config.model_type!r}, expected 'bert' or 'electra'")
         if attention:
             config._attn_implementation = "eager"  # attention probabilities are returned by the eager kernel only
+        # BERT: one BertForMaskedLM (its encoder for vectors, its head for fill-mask). ELECTRA: the discriminator's
+        # encoder for vectors and attention, the generator (generator/, korbert's export) for fill-mask
+        generator = path / "generator"
+        with safe_open(str(weights), "pt") as f:
+            keys = list(f.keys())
+        generator_itself = any(k.startswith("generator_lm_head.") for k in keys)  # (a generator/ folder given on its own)
+        self.has_mlm_head = any(k.startswith("cls.predictions.") for k in keys) if config.model_type == "bert" else (
+            generator_itself or (generator / "model.safetensors").is_file())
         with _quiet_transformers():
-            self.model = BertForMaskedLM.from_pretrained(path, config=config, local_files_only=True)
+            if config.model_type == "bert":
+                self.model = BertForMaskedLM.from_pretrained(path, config=config, local_files_only=True)
+                self.encoder, self.mlm = self.model.bert, self.model
+            elif generator_itself:
+                from transformers import ElectraForMaskedLM
+
+                self.model = self.mlm = ElectraForMaskedLM.from_pretrained(path, config=config, local_files_only=True)
+                self.encoder = self.model.electra
+            else:
+                from transformers import ElectraForMaskedLM, ElectraModel
+
+                self.model = self.encoder = ElectraModel.from_pretrained(path, config=config, local_files_only=True)
+                self.mlm = ElectraForMaskedLM.from_pretrained(generator, local_files_only=True) if self.has_mlm_head else None
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.model.to(self.device).eval()
+        for m in {self.model, self.mlm} - {None}:
+            m.to(self.device).eval()
         self.config = config
         self.max_length = min(max_length or config.max_position_embeddings, config.max_position_embeddings)
         self.hidden = config.hidden_size
@@ -105,7 +124,7 @@ class Encoder:
         import torch
 
         with torch.inference_mode():
-            out = self.model.bert(**inputs, output_hidden_states=True, output_attentions=attentions, return_dict=True)
+            out = self.encoder(**inputs, output_hidden_states=True, output_attentions=attentions, return_dict=True)
         return out
 
     def width(self, layer) -> int:
@@ -160,13 +179,14 @@ def fill_mask(enc: Encoder, texts: list[str], pairs: list[str] | None = None, to
     import torch
 
     if not enc.has_mlm_head:
-        raise ValueError(f"{enc.folder}: the checkpoint has no MLM head (cls.predictions.*): fill-mask needs a pretrained model folder")
+        raise ValueError(f"{enc.folder}: the checkpoint has no MLM head (cls.predictions.*, or an ELECTRA export's generator/): "
+                         "fill-mask needs a pretrained model folder")
     if pairs is not None and len(pairs) != len(texts):
         raise ValueError("texts and pairs differ in length")
     mask_id = enc.tok.mask_token_id
     b, inputs = enc.batch(texts, pairs, offsets=True)
     with torch.inference_mode():
-        logits = enc.model(**inputs).logits  # (B, T, V)
+        logits = enc.mlm(**inputs).logits  # (B, T, V)
     ids = inputs["input_ids"]
     where = (ids == mask_id).nonzero().tolist()
     probs = torch.softmax(logits[ids == mask_id].float(), dim=-1) if where else None

@@ -11,6 +11,24 @@ import pytest
 from corpus_tools import SAMPLE_DATA as SAMPLE
 
 
+def without_korbert(code: str, tmp_path: Path) -> dict:
+    """Run `code` in a fresh Python where neither korbert nor corpus_tools imports (a user with transformers and
+    kiwipiepy only; remote code cached under tmp_path) and return the JSON its last line prints."""
+    import os
+    import subprocess
+    import sys
+
+    shim = tmp_path / "shim"
+    shim.mkdir(exist_ok=True)
+    for mod in ("korbert", "corpus_tools"):
+        (shim / f"{mod}.py").write_text(f'raise ImportError("{mod} is not installed here (test)")\n')
+    env = {**os.environ, "PYTHONPATH": str(shim), "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    guard = "try:\n    import korbert\n    raise SystemExit('korbert importable')\nexcept ImportError:\n    pass\n"
+    p = subprocess.run([sys.executable, "-c", guard + code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def load_benchmark(name: str):
     """benchmarks/NAME.py as a module (the folder is not a package)."""
     import importlib.util

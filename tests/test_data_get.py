@@ -504,6 +504,13 @@ def test_klue_files_fetched_later_take_their_text_out_of_corpora_derived_before(
     assert [a["id"] for a in _jsonl(out / "corpus" / "kowiki.jsonl.gz")] == ["1", "4"]
     assert "klue/klue-nli-v1.1_dev.json" in manifest["datasets"]["kowiki"]["inputs"]
     assert "klue/klue-nli-v1.1_train.json" not in manifest["datasets"]["kowiki"]["inputs"]  # (only dev text is scored)
+    capsys.readouterr()
+    data_get.get(["nsmc"], out, mirror=str(mirror), progress=False)  # the corpora were derived with these KLUE files: no hint
+    assert "derived before" not in capsys.readouterr().err
+    ner = out / "klue" / "klue-ner-v1.1_dev.tsv"  # a KLUE dev file that is not the one the corpora were filtered by
+    ner.write_text(ner.read_text(encoding="utf-8") + "## klue-ner-v1.1_dev_9999\t새 문장\n", encoding="utf-8")
+    data_get.get(["nsmc"], out, mirror=str(mirror), progress=False)
+    assert "reviews, kowiki: derived before files they are filtered by (klue-ner-v1.1_dev.tsv)" in capsys.readouterr().err
     # named in any order, KLUE's files come first and the corpora are derived without their text at once
     other = tmp_path / "other"
     data_get.get(["reviews", "klue"], other, mirror=str(mirror), progress=False)

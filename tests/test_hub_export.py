@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import nsmc_test_docs, sample_texts, write_jsonl
+from conftest import nsmc_test_docs, sample_texts, without_korbert, write_jsonl
 from test_tokenizer import HOSTILE
 
 TRAINED = 48  # the positions the tiny export says it was pretrained at (its config has 64)
@@ -104,14 +104,8 @@ def test_exported_tokenizer_without_korbert_has_the_length_and_pickles_issue65(f
     length limit, truncation, and a pickle / deepcopy round trip giving the same ids and offsets."""
     from korbert.tokenizer import KorBertTokenizer
 
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    for mod in ("korbert", "corpus_tools"):
-        (shim / f"{mod}.py").write_text(f'raise ImportError("{mod} is not installed here (test)")\n')
-    env = {**os.environ, "PYTHONPATH": str(shim), "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    code = (
+    r = without_korbert(
         "import copy, json, pickle, sys\n"
-        "try:\n    import korbert\n    raise SystemExit('korbert importable')\nexcept ImportError:\n    pass\n"
         "from transformers import AutoTokenizer\n"
         f"t = AutoTokenizer.from_pretrained({str(final)!r}, trust_remote_code=True)\n"
         f"texts, long = {HOSTILE!r}, {LONG!r}\n"
@@ -121,11 +115,7 @@ def test_exported_tokenizer_without_korbert_has_the_length_and_pickles_issue65(f
         "out = {'cls': type(t).__name__, 'max': t.model_max_length, 'cut': len(t(long, truncation=True)['input_ids']), 'rows': rows(t)}\n"
         "for name, again in (('pickle', pickle.loads(pickle.dumps(t))), ('deepcopy', copy.deepcopy(t))):\n"
         "    out[name] = rows(again) == out['rows'] and again.model_max_length == t.model_max_length\n"
-        "print(json.dumps(out))\n"
-    )
-    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    r = json.loads(p.stdout.strip().splitlines()[-1])
+        "print(json.dumps(out))\n", tmp_path)
     assert r["cls"] == "KorBertTokenizer" and r["max"] == TRAINED and r["cut"] == TRAINED
     assert r["pickle"] is True and r["deepcopy"] is True
     ids, offsets = rows(KorBertTokenizer.from_pretrained(final), HOSTILE)

@@ -217,6 +217,7 @@ def test_bootstrap_interval_narrows_with_more_groups():
     ci, used = bootstrap(scorer("klue-sts", [0.5, 4.0, 2.0, 3.5], [1.0, 1.0, 1.0, 2.0]), [[0], [1], [2], [3]], 200, 1)
     assert 0 < used["used"]["pearson"] < 200 and used["used"]["f1"] == 200 and set(ci) == {"pearson", "f1"}
     assert scorer("klue-sts", [0.5, 4.0], [1.0, 1.0])(np.arange(2))["pearson"] is None
+    assert bootstrap(scorer("klue-nli", [], []), [], 200, 1) == ({}, {"resamples": 0, "used": {}})  # nothing scored: no interval
 
 
 @pytest.mark.parametrize("task", list(TASKS))

@@ -18,7 +18,7 @@ LAYERS = [
     ("corpus stages", "corpus_tools", {"vocab", "shards_config", "shards", "pieces", "shard_task", "pairs", "engine", "make_sample"}),
     ("model and pretraining", "korbert", {
         "model", "data", "heldout", "schedule", "runtime", "distributed", "pretrain_config", "phases", "checkpoint", "pretrain",
-        "pretrain_model", "card", "table",
+        "pretrain_model", "card", "table", "electra",
     }),
     ("evaluations", "evals", {
         "__init__", "data", "features", "finetune", "nsmc", "korquad", "korquad_metric", "baseline", "make_bert_folder", "cli",

@@ -85,3 +85,27 @@ def test_eval_positions_end_to_end_on_real_texts(model_dir, tmp_path, one_thread
     assert saved["mlm_acc_by_position"] == r["mlm_acc_by_position"] and set(saved["mlm_acc_by_position"]) == set(BUCKETS)
     assert saved["texts"]["ids"] == [x["id"] for x in rows] and saved["seed"] == 0 and saved["masking"].startswith("mask-only")
     assert saved["windows"] == sel["windows"] and all(saved["masked_tokens"][b] >= 10 for b in BUCKETS)
+    # a folder without an MLM head is refused, not scored through a random one; an ELECTRA export is scored through
+    # its generator (final/generator/), which shares the discriminator's position embeddings
+    import shutil
+
+    from transformers import BertModel, ElectraForMaskedLM, ElectraForPreTraining
+
+    from korbert.electra import electra_configs
+    from korbert.model import bert_config
+
+    bare = tmp_path / "bare"
+    shutil.copytree(model_dir, bare)
+    (bare / "model.safetensors").unlink()
+    BertModel.from_pretrained(model_dir).save_pretrained(bare)
+    with pytest.raises(InputError, match="no trained MLM head"):
+        main(PositionsConfig(model=str(bare), texts=str(texts), out=str(tmp_path / "b"), device="cpu", min_per_bucket=10))
+    electra = tmp_path / "electra"
+    shutil.copytree(model_dir, electra, ignore=shutil.ignore_patterns("config.json", "model.safetensors"))
+    disc, gen = electra_configs(bert_config("tiny", json.loads((model_dir / "config.json").read_text())["vocab_size"]), 0.25)
+    torch.manual_seed(0)
+    ElectraForPreTraining(disc).save_pretrained(electra)
+    shutil.copytree(electra, electra / "generator", ignore=shutil.ignore_patterns("config.json", "model.safetensors", "generator"))
+    ElectraForMaskedLM(gen).save_pretrained(electra / "generator")
+    e = main(PositionsConfig(model=str(electra), texts=str(texts), out=str(tmp_path / "e"), device="cpu", min_per_bucket=10))
+    assert e["masked_tokens"] == saved["masked_tokens"] and set(e["mlm_acc_by_position"]) == set(BUCKETS)

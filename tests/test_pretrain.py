@@ -211,7 +211,8 @@ def test_same_seed_same_losses_and_rerun_is_up_to_date(shards_dir, tmp_path, cap
     assert "up to date" in capsys.readouterr().out and again["step"] == 5
 
 
-@pytest.mark.parametrize("batching", [{}, {"tokens_per_batch": 1024, "pack": True}], ids=["batch-size", "token-budget-packed"])
+@pytest.mark.parametrize("batching", [{}, pytest.param({"tokens_per_batch": 1024, "pack": True}, marks=pytest.mark.slow)], ids=[
+    "batch-size", "token-budget-packed"])  # (packed rows under a token budget stay in CI through ELECTRA's kill-and-resume test)
 def test_kill_and_resume_gives_the_same_losses(shards_dir, tmp_path, batching):
     """A run SIGKILLed after step 7 (last checkpoint: step 4) and resumed equals an unbroken run."""
     whole = cfg(shards_dir, tmp_path / "whole", num_workers=1, **batching)
@@ -333,12 +334,13 @@ def test_time_budget_on_two_ranks_stops_every_rank_at_the_same_step(shards_dir, 
 
 
 @pytest.mark.slow  # out of CI for the suite's time: CI keeps kill-and-resume on one process (with the refusal of another process count), pretraining without Kiwi, and two ranks equal to one; not each rank's own RNG streams
-def test_kill_and_resume_on_two_ranks_with_dropout_without_kiwi(shards_dir, tmp_path, no_kiwi):
+@pytest.mark.parametrize("objective", ["mlm+nsp", "electra"])
+def test_kill_and_resume_on_two_ranks_with_dropout_without_kiwi(shards_dir, tmp_path, no_kiwi, objective):
     """2 gloo ranks, dropout on, kiwipiepy not importable: a run SIGKILLed after step 7 and resumed
-    equals an unbroken run (each rank restores its own RNG streams), and exports final/. Resuming
-    it with another number of processes is refused with a clear message."""
-    whole = cfg(shards_dir, tmp_path / "whole", batch_size=4, num_workers=1)
-    broken = cfg(shards_dir, tmp_path / "broken", batch_size=4, num_workers=1)
+    equals an unbroken run (each rank restores its own RNG streams: dropout, and ELECTRA's generator
+    samples), and exports final/. Resuming it with another number of processes is refused with a clear message."""
+    whole = cfg(shards_dir, tmp_path / "whole", batch_size=4, num_workers=1, objective=objective)
+    broken = cfg(shards_dir, tmp_path / "broken", batch_size=4, num_workers=1, objective=objective)
     p = _run_cli(_args(whole), env=no_kiwi, nproc=2)
     assert p.returncode == 0, p.stderr[-3000:]
     p = _run_cli(_args(broken), env=no_kiwi, nproc=2, kill_at=7)

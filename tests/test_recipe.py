@@ -221,6 +221,29 @@ def test_presets_wire_the_long_phase_and_windows_within_the_trained_length(tmp_p
     assert stages("demo", "korquad.max_len=384", "korquad.allow_untrained_positions=true")["korquad"].max_len == 384
 
 
+def test_klue_settings_are_checked_before_pretraining(tmp_path, corpus_file):
+    """KLUE windows past the trained positions are refused before hours of pretraining, as KorQuAD's are,
+    and the per-row fields (the model, its output folder, the files) cannot be set for every row at once."""
+    from korbert.recipe import stage_configs
+
+    from test_klue import ner_file
+
+    (tmp_path / "data" / "klue").mkdir(parents=True)
+    ner_file(tmp_path / "data" / "klue" / "klue-ner-v1.1_dev.tsv", 10)
+
+    def plan(*sets, klue=("auto",)):
+        return stage_configs(RecipeConfig(preset="demo", out=str(tmp_path / "run"), corpus=[str(corpus_file)], data=str(tmp_path / "data"),
+                                          set=[*TINY, *sets], klue=list(klue)))
+
+    with pytest.raises(InputError, match="klue.max_len 256 is longer than the 128 tokens pretraining trains"):
+        plan("klue.max_len=256")
+    assert [k["cfg"].max_len for k in plan("klue.max_len=256", "klue.allow_untrained_positions=true")["klue"]] == [256, 256]
+    assert plan("klue.max_len=256", klue=["none"])["klue"] == []
+    for field in ("model=elsewhere", "out=elsewhere", "dev_file=x.tsv", "control=true"):
+        with pytest.raises(InputError, match=f"the recipe sets klue.{field.split('=')[0]} for each row"):
+            plan(f"klue.{field}")
+
+
 def test_preprocess_only_builds_vocab_and_shards_then_stops_and_ready_checks_never_build(tmp_path, corpus_file, capsys):
     """Under torchrun the recipe only checks (read-only) that preprocessing is done; --preprocess-only
     is the command that does it first, here on a local Dask cluster of 2 workers."""
@@ -459,3 +482,20 @@ def test_a_cached_stage_result_is_read_back_only_under_its_own_key(tmp_path):
     assert _cached(folder, "k2", lambda: run(3), False) == ({"v": 3}, False)  # a new key runs again and replaces it
     assert cached_result(folder, "k1") is None and cached_result(folder, "k2") == {"v": 3}
     assert _cached(folder, "k2", lambda: run(4), True) == ({"v": 4}, False) and calls == [1, 3, 4]  # force
+
+
+def test_recipe_runs_electra_end_to_end_and_names_the_objective(tmp_path, corpus_file):
+    """`--set pretrain.objective=electra` (issue 61): the discriminator is fine-tuned and scored against a random-init
+    ELECTRA of its shape; the report and the model card name the objective."""
+    out = tmp_path / "run"
+    r = main(RecipeConfig(preset="demo", out=str(out), corpus=[str(corpus_file)], set=[*TINY, "pretrain.objective=electra"], klue=["none"]))
+    assert r["pretraining"]["objective"] == "electra" and r["pretraining"]["model"].startswith("ELECTRA-tiny")
+    assert [row["origin"] for row in r["table"]][:2] == ["pretrained here", "control"]
+    for row in ("model", "control"):
+        for task in ("nsmc", "korquad"):
+            res = json.loads((out / task / row / "results.json").read_text())
+            arch = "ElectraForSequenceClassification" if task == "nsmc" else "ElectraForQuestionAnswering"
+            assert res["model"]["architecture"] == arch, (task, row)
+    md = (out / "report.md").read_text()
+    assert "Objective electra" in md and "discriminator accuracy" in md
+    assert "A Korean ELECTRA discriminator" in (out / "pretrain" / "final" / "README.md").read_text()

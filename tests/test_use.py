@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import without_korbert
+
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "runs" / "demo" / "pretrain" / "final"
 TEXTS = ["나는 학교에 갔다", "영화가 정말 재미있었어요", "오늘은 날씨가 좋아서 공원에 산책을 나갔는데 사람이 아주 많았다"]
@@ -97,15 +99,9 @@ def test_registration_when_korbert_is_imported_first(model4, tmp_path):
 def test_plain_transformers_trust_remote_code(model4, enc, tmp_path):
     """Without korbert (nor corpus_tools) importable: the folder's own tokenizer module, as for a Hub
     model with a custom tokenizer; the fill-mask pipeline too. The ids equal korbert's."""
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    for mod in ("korbert", "corpus_tools"):
-        (shim / f"{mod}.py").write_text(f'raise ImportError("{mod} is not installed here (test)")\n')
-    env = {"PYTHONPATH": str(shim), "HF_MODULES_CACHE": str(tmp_path / "modules")}
     texts = ["나는 학교에 갔다", unicodedata.normalize("NFD", "한국어 문장을 [MASK] 합니다")]
-    out = _run(
+    r = without_korbert(
         "import json, importlib.util\n"
-        "try:\n    import korbert\n    raise SystemExit('korbert importable')\nexcept ImportError:\n    pass\n"
         "from transformers import AutoTokenizer, pipeline\n"
         f"t = AutoTokenizer.from_pretrained({str(model4)!r}, trust_remote_code=True)\n"
         f"texts = {texts!r}\n"
@@ -114,9 +110,7 @@ def test_plain_transformers_trust_remote_code(model4, enc, tmp_path):
         "print(json.dumps({'cls': type(t).__module__ + '.' + type(t).__name__, 'ids': enc['input_ids'],\n"
         "    'offsets': enc['offset_mapping'], 'pipe_tok': type(fm.tokenizer).__name__, 'fill': fm(texts[1])}))",
         tmp_path,
-        env,
     )
-    r = json.loads(out.strip().splitlines()[-1])
     assert r["cls"].startswith("transformers_modules.") and r["cls"].endswith("tokenization_korbert.KorBertTokenizer")
     want = enc.tok(texts, return_offsets_mapping=True)
     assert r["ids"] == want["input_ids"]
@@ -133,11 +127,7 @@ def test_plain_transformers_without_trust_remote_code_fails_and_says_how(model4,
     """Was: a generic TokenizersBackend that splits eojeols, not morphemes, without a word. Now the
     generic loaders (AutoTokenizer, pipeline, tokenizers itself) refuse tokenizer.json and quote
     how to load it; AutoModel still loads the weights."""
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    for mod in ("korbert", "corpus_tools"):
-        (shim / f"{mod}.py").write_text(f'raise ImportError("{mod} is not installed here (test)")\n')
-    out = _run(
+    r = without_korbert(
         "import json\n"
         "from transformers import AutoModel, AutoTokenizer, pipeline\n"
         "from tokenizers import Tokenizer\n"
@@ -150,9 +140,7 @@ def test_plain_transformers_without_trust_remote_code_fails_and_says_how(model4,
         f"m = AutoModel.from_pretrained({str(model4)!r})\n"
         "print(json.dumps({'errors': errors, 'model': type(m).__name__}))",
         tmp_path,
-        {"PYTHONPATH": str(shim), "HF_MODULES_CACHE": str(tmp_path / "modules")},
     )
-    r = json.loads(out.strip().splitlines()[-1])
     assert r["model"] == "BertModel"
     for err in r["errors"]:
         assert err is not None and "import korbert" in err and "trust_remote_code=True" in err, err

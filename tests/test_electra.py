@@ -1,0 +1,206 @@
+"""ELECTRA pretraining (issue 61): replaced-token labels, the shared embeddings, exact resume, the export
+that plain transformers loads, and the held-out AUC."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from corpus_tools.shard_format import CLS, MASK, PAD, SEP
+from korbert.electra import SCORED_NOT, KorElectraForPreTraining, auc, electra_configs
+from korbert.heldout import MODEL_INPUTS
+from korbert.model import bert_config, cu_seqlens_of
+from korbert.pretrain import main
+
+from conftest import without_korbert
+from test_pretrain import _args, _run_cli, cfg, long_shards_dir, losses, weights  # noqa: F401 (long_shards_dir: a fixture)
+
+ELECTRA = dict(objective="electra", generator_size=0.25, disc_weight=50.0)
+
+
+def tiny_model(seed: int = 0) -> KorElectraForPreTraining:
+    torch.manual_seed(seed)
+    disc, gen = electra_configs(bert_config("tiny", 40, 16, {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                                             "intermediate_size": 128}), 0.25)
+    return KorElectraForPreTraining(disc, gen, 50.0, SCORED_NOT)
+
+
+def batch() -> dict:
+    """Two rows: [CLS] a b [SEP] c [SEP] and a shorter one, padded; 4 masked positions."""
+    ids = torch.tensor([[CLS, 10, 11, SEP, 12, SEP], [CLS, 13, 14, SEP, PAD, PAD]])
+    original = ids.clone()
+    positions = torch.tensor([1, 2, 4, 6 + 2])  # flat r*T+t
+    ids.view(-1)[positions] = MASK
+    return {
+        "input_ids": ids, "token_type_ids": torch.tensor([[0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0]]),
+        "position_ids": torch.arange(6).expand(2, 6), "segments": (original != PAD).long(),
+        "mlm_positions": torch.cat((positions, torch.zeros(2, dtype=torch.long))),  # 2 padding entries, at position 0
+        "mlm_labels": torch.cat((original.view(-1)[positions], torch.full((2,), -100))),
+        "nsp_positions": torch.tensor([0, 6]), "nsp_labels": torch.full((2,), -100), "cu_seqlens": cu_seqlens_of((original != PAD).long()),
+    }
+
+
+def test_electra_shapes_follow_the_paper():
+    disc, gen = electra_configs(bert_config("small", 8000), 0.25)
+    assert (disc.hidden_size, disc.embedding_size, disc.num_attention_heads) == (512, 512, 8)
+    assert (gen.hidden_size, gen.num_attention_heads, gen.intermediate_size, gen.embedding_size) == (128, 2, 512, 512)
+    assert gen.num_hidden_layers == disc.num_hidden_layers and gen.vocab_size == disc.vocab_size == 8000
+    tiny = electra_configs(bert_config("tiny", 100), 1 / 3)[1]  # 2 heads x 1/3: at least one head, a width it divides
+    assert tiny.num_attention_heads == 1 and tiny.hidden_size == 43
+
+
+def test_replaced_tokens_are_1_sampled_right_are_0_and_specials_and_padding_never_scored():
+    m = tiny_model()
+    with torch.no_grad():  # a generator that always samples token 11: right at the masked 11, wrong at 10, 12 and 14
+        m.generator.generator_lm_head.bias.fill_(-1e4)
+        m.generator.generator_lm_head.bias[11] = 1e4
+    b = batch()
+    seen = []  # the ids each encoder reads: the shared embeddings run for the generator, then for the discriminator
+    m.embeddings.register_forward_hook(lambda mod, args, kw, out: seen.append(kw["input_ids"].clone()), with_kwargs=True)
+    o = m(**{k: b[k] for k in MODEL_INPUTS})
+    labels = o.disc_labels.view(2, 6).tolist()
+    assert labels == [[-1, 1, 0, -1, 1, -1], [-1, 0, 1, -1, -1, -1]]
+    # the discriminator reads the samples at the masked positions and the text elsewhere (the padding entries of
+    # mlm_positions, at position 0, write back its [CLS])
+    assert torch.equal(seen[0], b["input_ids"]) and seen[1].tolist() == [[CLS, 11, 11, SEP, 11, SEP], [CLS, 13, 11, SEP, PAD, PAD]]
+    assert int(o.nsp_count) == 5 and int(o.mlm_count) == 4  # scored: the five text tokens (10..14), the unmasked 13 included
+    # the batch's scored tokens, as the loop counts them for its normalizer
+    from korbert.electra import scored_tokens
+
+    assert scored_tokens(b["input_ids"], b["segments"]) == 5
+
+
+def test_the_embeddings_are_one_tensor_and_both_losses_train_it():
+    m = tiny_model()
+    word = m.discriminator.electra.embeddings.word_embeddings.weight
+    assert m.generator.electra.embeddings.word_embeddings.weight is word and m.generator.generator_lm_head.weight is word
+    b = batch()
+    inputs = {k: b[k] for k in MODEL_INPUTS}
+    # the generator's loss alone (the discriminator's weighted 0)
+    m.disc_weight = 0.0
+    m(**inputs).loss.backward()
+    assert word.grad.abs().sum() > 0 and m.discriminator.discriminator_predictions.dense.weight.grad.abs().sum() == 0
+    m.zero_grad(set_to_none=True)
+    # the discriminator's alone (the generator's divided by infinity): no gradient flows back through the samples
+    m.disc_weight = 50.0
+    m(**inputs, mlm_norm=torch.tensor(float("inf"))).loss.backward()
+    assert word.grad.abs().sum() > 0 and m.generator.generator_predictions.dense.weight.grad.abs().sum() == 0
+    assert m.discriminator.electra.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+
+
+def test_auc_is_the_mann_whitney_statistic_with_ties_half():
+    assert auc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0.0, 0.0, 1.0, 1.0])) == 0.75
+    assert auc(torch.tensor([1.0, 1.0, 0.0, 5.0]), torch.tensor([1.0, 0.0, 0.0, -1.0])) == 0.75  # a tie counts half; -1 unscored
+    assert auc(torch.tensor([1.0, 2.0]), torch.tensor([0.0, -1.0])) is None
+
+
+def test_electra_kill_and_resume_is_exact_generator_included(shards_dir, tmp_path):
+    packed = dict(tokens_per_batch=1024, pack=True)  # (BERT's packed kill-and-resume test is slow-tagged: this one covers the path)
+    whole = cfg(shards_dir, tmp_path / "whole", num_workers=1, **packed, **ELECTRA)
+    r = main(whole)
+    log = [json.loads(line) for line in (tmp_path / "whole" / "log.jsonl").read_text().splitlines()]
+    assert {"disc_loss", "disc_acc", "mlm_loss"} <= set(log[-1]) and "nsp_loss" not in log[-1]
+    assert r["objective"] == "electra" and r["electra"]["disc_weight"] == 50.0 and r["generator_parameters"] < r["parameters"]
+    broken = cfg(shards_dir, tmp_path / "broken", num_workers=1, **packed, **ELECTRA)
+    p = _run_cli(_args(broken), kill_at=7)
+    assert p.returncode == -9, p.stderr[-2000:]
+    main(broken)
+    assert losses(tmp_path / "broken") == losses(tmp_path / "whole")
+    a, b = weights(tmp_path / "whole"), weights(tmp_path / "broken")
+    assert any(k.startswith("generator.generator_predictions") for k in a) and all(torch.equal(a[k], b[k]) for k in a)
+    # held-out figures: the generator's MLM, the discriminator's accuracy and AUC
+    e = main(cfg(shards_dir, tmp_path / "eval", eval_every=5, **ELECTRA))["eval"]
+    assert 0 <= e["disc_acc"] <= 1 and 0 <= e["disc_auc"] <= 1 and 0 < e["replaced"] < 0.2 and "nsp_acc" not in e
+
+
+def test_electra_export_loads_where_korbert_cannot_be_imported(shards_dir, tmp_path):
+    """final/ is an ElectraForPreTraining that AutoModel, the sequence-classification and QA classes load;
+    final/generator/ an ElectraForMaskedLM that the fill-mask pipeline uses, with the same tokenizer."""
+    main(cfg(shards_dir, tmp_path, max_steps=3, **ELECTRA))
+    final = tmp_path / "final"
+    m = json.loads((final / "manifest.json").read_text())
+    assert m["objective"] == "electra" and "generator/model.safetensors" in m["files"]
+    assert json.loads((final / "config.json").read_text())["architectures"] == ["ElectraForPreTraining"]
+    card = (final / "README.md").read_text()
+    assert "A Korean ELECTRA discriminator" in card and 'pipeline("fill-mask", model="PATH/generator"' in card
+    # korbert's own uses: fill-mask through the generator; vectors and attention from the discriminator
+    from transformers import ElectraModel
+
+    from korbert.attention import attention
+    from korbert.use import Encoder, fill_mask, sentence_vectors
+
+    enc = Encoder(final, device="cpu")
+    assert len(fill_mask(enc, ["영화가 정말 [MASK]"])[0]["masks"][0]["candidates"]) == 5
+    disc = ElectraModel.from_pretrained(final).eval()
+    b, inputs = enc.batch(["영화가 정말 재미있었다"])
+    with torch.no_grad():
+        want = disc(**inputs).last_hidden_state.mean(1)
+    assert torch.allclose(torch.from_numpy(sentence_vectors(enc, ["영화가 정말 재미있었다"], layer=-1)), want, atol=1e-5)
+    view = attention(Encoder(final, device="cpu", attention=True), "영화가 정말 재미있었다")
+    assert view["attention"].shape[:2] == (2, 2)  # (layers, heads, T, T) of the discriminator
+    r = without_korbert(
+        "import json, torch\n"
+        "from transformers import (AutoModel, AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoTokenizer,\n"
+        "    ElectraForSequenceClassification, pipeline)\n"
+        f"final = {str(final)!r}\n"
+        "tok = AutoTokenizer.from_pretrained(final, trust_remote_code=True)\n"
+        "out = {'base': type(AutoModel.from_pretrained(final)).__name__, 'qa': type(AutoModelForQuestionAnswering.from_pretrained(final)).__name__}\n"
+        "torch.manual_seed(0)\n"
+        "clf = AutoModelForSequenceClassification.from_pretrained(final, num_labels=2)\n"
+        "out['cls'] = type(clf).__name__\n"
+        "enc = tok(['영화가 정말 재미있었다', '배우들의 연기는 별로였어요'], padding=True, return_tensors='pt')\n"
+        "y = torch.tensor([1, 0])\n"
+        "opt = torch.optim.AdamW(clf.parameters(), lr=1e-3)\n"
+        "first = None\n"
+        "for _ in range(5):\n"
+        "    loss = clf(**enc, labels=y).loss\n"
+        "    first = first if first is not None else float(loss)\n"
+        "    loss.backward(); opt.step(); opt.zero_grad()\n"
+        "out['first'], out['last'] = first, float(clf(**enc, labels=y).loss)\n"
+        "fill = pipeline('fill-mask', model=final + '/generator', tokenizer=AutoTokenizer.from_pretrained(final + '/generator', trust_remote_code=True))\n"
+        "out['fill'] = [p['token_str'] for p in fill('영화가 정말 ' + tok.mask_token)]\n"
+        "print(json.dumps(out, ensure_ascii=False))\n", tmp_path)
+    assert (r["base"], r["qa"], r["cls"]) == ("ElectraModel", "ElectraForQuestionAnswering", "ElectraForSequenceClassification")
+    assert r["last"] < r["first"] and len(r["fill"]) == 5
+
+
+def test_electra_is_refused_where_it_cannot_run(shards_dir, bert_dir, tmp_path):
+    from corpus_tools.text import InputError
+
+    with pytest.raises(InputError, match="ELECTRA starts from scratch"):
+        main(cfg(shards_dir, tmp_path, init_from=str(bert_dir), model_size="mini", override=[], **ELECTRA))
+    for bad in ({"generator_size": 0.0}, {"generator_size": 1.5}, {"disc_weight": -1.0}):
+        with pytest.raises(InputError, match="must be in"):
+            main(cfg(shards_dir, tmp_path, **{**ELECTRA, **bad}))
+
+
+def test_electra_evaluation_leaves_the_training_streams_alone_and_the_loop_counts_what_the_model_scores(shards_dir, tmp_path):
+    """The generator samples in the held-out evaluation too: how often it runs (not part of the run's identity) must
+    not change the training, and two evaluations of the same weights agree. The loop's normalizer (counted on the
+    CPU batch) is the model's count of scored tokens."""
+    from korbert.electra import scored_tokens
+    from korbert.pretrain import Trainer
+
+    quiet = main(cfg(shards_dir, tmp_path / "quiet", eval_every=0, **ELECTRA))
+    busy = main(cfg(shards_dir, tmp_path / "busy", eval_every=2, **ELECTRA))
+    assert losses(tmp_path / "quiet") == losses(tmp_path / "busy") and quiet["eval"] == busy["eval"]
+    t = Trainer(cfg(shards_dir, tmp_path / "t", **ELECTRA))
+    b = next(iter(t._loader()))
+    with torch.no_grad():
+        o = t.model(**{k: b[k] for k in MODEL_INPUTS}, packed=b["packed"])
+    assert int(o.nsp_count) == scored_tokens(b["input_ids"], b["segments"]) > 0
+    assert t._evaluate(t.held_out) == t._evaluate(t.held_out)
+
+
+def test_electra_long_phase_trains_the_shared_positions(shards_dir, long_shards_dir, tmp_path):
+    """BERT's second phase under ELECTRA: the last 30% on 256-token rows, the new positions started as copies; the
+    held-out figures of both lengths; the discriminator and the generator export the same position rows."""
+    from safetensors.torch import load_file
+
+    r = main(cfg(shards_dir, tmp_path, long_shards=str(long_shards_dir), long_phase=0.3, long_init="copy", eval_every=5, **ELECTRA))
+    assert r["long_steps"] == 3 and r["trained_seq_len"] == 256 and {"disc_acc", "long_disc_acc", "long_disc_auc"} <= set(r["eval"])
+    disc, gen = load_file(tmp_path / "final" / "model.safetensors"), load_file(tmp_path / "final" / "generator" / "model.safetensors")
+    rows = "electra.embeddings.position_embeddings.weight"
+    assert torch.equal(disc[rows], gen[rows]) and not torch.equal(disc[rows][128:256], disc[rows][:128])
