@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from corpus_tools.masking import EVAL_EPOCH, instance_keys, mask_batch
-from corpus_tools.shard_format import IGNORE, ShardReader
+from corpus_tools.shard_format import IGNORE, ShardReader, special_mask_of
 
 
 def instance_lengths(reader: ShardReader) -> np.ndarray:
@@ -259,7 +259,8 @@ def make_batch(
     input_ids, token_type_ids, position_ids, segments   (R, T)  segments: 1, 2, ... per instance in its row, 0 = padding
     mlm_positions, mlm_labels                           (M,)    flat positions r*T+t of the tokens to predict; labels -100 = padding
     nsp_positions, nsp_labels                           (N,)    flat positions of each instance's [CLS]; its IsNext label (-100: none)
-    counts: (predicted tokens, instances, non-padding tokens) as Python ints (never a device read)
+    counts: (predicted tokens, instances, non-padding tokens, those of them not [CLS]/[SEP]: the tokens ELECTRA's
+            discriminator scores) as Python ints (never a device read)
     packed: whether rows may hold several instances (default: whether any does); a Python bool
     T = length (default: the longest row). `fixed` = (M, N): the two lists are padded to these sizes
     (entries with label -100 at position 0, which carry no loss), so every batch has one shape; a
@@ -306,7 +307,7 @@ def make_batch(
     cu = cu_seqlens(lens, row_of, row_tokens, t, len(out["nsp_positions"]) + n_rows + 1 if fixed is not None else None)
     return {
         **{k: torch.from_numpy(np.ascontiguousarray(v, np.int64)) for k, v in out.items()}, "cu_seqlens": torch.from_numpy(cu),
-        "counts": (m, n, total), "packed": packed,
+        "counts": (m, n, total, total - int(special_mask_of(inputs).sum())), "packed": packed,
     }
 
 

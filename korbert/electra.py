@@ -23,10 +23,8 @@ import torch
 import torch.nn.functional as F
 from transformers import BertConfig, ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
-from corpus_tools.shard_format import CLS, PAD, SEP
+from corpus_tools.shard_format import special_mask_of
 from korbert.model import IGNORE, PretrainingOutput, run_layers
-
-SCORED_NOT = (PAD, CLS, SEP)  # the shards' ids the discriminator never scores
 
 
 def electra_configs(bert: BertConfig, generator_size: float) -> tuple[ElectraConfig, ElectraConfig]:
@@ -34,21 +32,24 @@ def electra_configs(bert: BertConfig, generator_size: float) -> tuple[ElectraCon
     generator's: `generator_size` x the hidden size, the heads (at least one) and the FFN, the same layers
     and embeddings (`embedding_size` = the discriminator's hidden size)."""
     fields = {k: v for k, v in bert.to_dict().items() if k in ElectraConfig().to_dict() and k not in ("architectures", "model_type", "transformers_version")}
-    disc = ElectraConfig(**{**fields, "embedding_size": bert.hidden_size})
-    heads = max(1, round(bert.num_attention_heads * generator_size))
-    hidden = max(heads, round(bert.hidden_size * generator_size / heads) * heads)  # a multiple of its heads
-    gen = ElectraConfig(**{**fields, "embedding_size": bert.hidden_size, "hidden_size": hidden, "num_attention_heads": heads,
-                           "intermediate_size": max(1, round(bert.intermediate_size * hidden / bert.hidden_size))})
-    for c, arch in ((disc, "ElectraForPreTraining"), (gen, "ElectraForMaskedLM")):
-        c._attn_implementation = "sdpa"
-        c.architectures = [arch]
-    return disc, gen
+    disc = _electra(fields, bert.hidden_size, "ElectraForPreTraining")
+    return disc, generator_config(disc, generator_size)
 
 
 def generator_config(disc: ElectraConfig, generator_size: float) -> ElectraConfig:
     """The generator's config for a discriminator's (a resume rebuilds it from the checkpoint's)."""
-    bert = BertConfig(**{k: v for k, v in disc.to_dict().items() if k in BertConfig().to_dict() and k not in ("architectures", "model_type")})
-    return electra_configs(bert, generator_size)[1]
+    heads = max(1, round(disc.num_attention_heads * generator_size))
+    hidden = max(heads, round(disc.hidden_size * generator_size / heads) * heads)  # a multiple of its heads
+    fields = {k: v for k, v in disc.to_dict().items() if k not in ("architectures", "model_type", "transformers_version")}
+    return _electra({**fields, "hidden_size": hidden, "num_attention_heads": heads,
+                     "intermediate_size": max(1, round(disc.intermediate_size * hidden / disc.hidden_size))}, disc.hidden_size, "ElectraForMaskedLM")
+
+
+def _electra(fields: dict, embedding_size: int, arch: str) -> ElectraConfig:
+    c = ElectraConfig(**{**fields, "embedding_size": embedding_size})
+    c._attn_implementation = "sdpa"
+    c.architectures = [arch]
+    return c
 
 
 class KorElectraForPreTraining(torch.nn.Module):
@@ -60,7 +61,7 @@ class KorElectraForPreTraining(torch.nn.Module):
     attention = "sdpa"
     fused_qkv = False
 
-    def __init__(self, disc: ElectraConfig, gen: ElectraConfig, disc_weight: float, special_ids: list[int]):
+    def __init__(self, disc: ElectraConfig, gen: ElectraConfig, disc_weight: float):
         super().__init__()
         self.config = disc  # (what the loop reads: the discriminator's shape)
         self.discriminator = ElectraForPreTraining(disc)
@@ -68,7 +69,6 @@ class KorElectraForPreTraining(torch.nn.Module):
         self.generator.electra.embeddings = self.discriminator.electra.embeddings  # one module: both losses train it
         self.generator.generator_lm_head.weight = self.embeddings.word_embeddings.weight  # tied, as ElectraForMaskedLM ties it
         self.disc_weight = disc_weight
-        self.register_buffer("special_ids", torch.tensor(sorted(set(special_ids)), dtype=torch.long), persistent=False)
 
     @property
     def embeddings(self):
@@ -84,7 +84,8 @@ class KorElectraForPreTraining(torch.nn.Module):
         self, input_ids, token_type_ids, position_ids, segments, mlm_positions, mlm_labels, nsp_positions=None, nsp_labels=None,
         cu_seqlens=None, mlm_norm=None, nsp_norm=None, packed: bool = True, sparse: bool = True,
     ) -> PretrainingOutput:
-        """`nsp_norm`: the discriminator's normalizer (the global batch's scored tokens; default: this batch's)."""
+        """`nsp_norm`: the discriminator's normalizer (the global batch's scored tokens, `counts[3]` of each
+        make_batch; default: this batch's)."""
         r, t = input_ids.shape
         # the generator: its MLM at the masked positions
         g = self._encode(self.generator.electra, input_ids, token_type_ids, position_ids, segments, cu_seqlens, packed)
@@ -101,7 +102,7 @@ class KorElectraForPreTraining(torch.nn.Module):
             original = flat.scatter(0, mlm_positions, torch.where(m_valid, mlm_labels, flat.index_select(0, mlm_positions)))
             corrupt = original.scatter(0, mlm_positions, torch.where(m_valid, sampled, original.index_select(0, mlm_positions)))
             labels = (corrupt != original).float()
-            scored = (segments.reshape(-1) > 0) & ~torch.isin(original, self.special_ids)
+            scored = ~special_mask_of(original)  # ([PAD] too: the padding; the collate counts the same: korbert.data.make_batch)
         # the discriminator: replaced or original, at every scored token
         d = self._encode(self.discriminator.electra, corrupt.view(r, t), token_type_ids, position_ids, segments, cu_seqlens, packed)
         d_logits = self.discriminator.discriminator_predictions(d.reshape(r * t, -1)).float()  # (R*T,)
@@ -155,13 +156,6 @@ def check_settings(cfg, mapped_ids: bool) -> None:
                          "ELECTRA trains with korbert's own tokenizers (korbert vocab)")
     if not 0 < cfg.generator_size <= 1 or cfg.disc_weight < 0:
         raise InputError(f"--generator-size {cfg.generator_size:g} must be in (0, 1] and --disc-weight {cfg.disc_weight:g} >= 0")
-
-
-def scored_tokens(input_ids: torch.Tensor, segments: torch.Tensor, special_ids=SCORED_NOT) -> int:
-    """The tokens the discriminator scores in a collated batch (CPU tensors): the loop's normalizer. The
-    masking never picks [CLS], [SEP] or [PAD], nor draws them as random pieces, so a special id in the
-    batch is the original token."""
-    return int(((segments > 0) & ~torch.isin(input_ids, torch.tensor(special_ids))).sum())
 
 
 def auc(logits: torch.Tensor, labels: torch.Tensor) -> float | None:

@@ -285,9 +285,7 @@ class Trainer:
         dist, dev = self.dist, self.dev
         predicted, pairs = (sum(mb["counts"][j] for mb in micro) for j in (0, 1))  # Python ints from make_batch
         if self.second == "disc":  # ELECTRA's second normalizer: the tokens its discriminator scores
-            from korbert.electra import scored_tokens
-
-            pairs = sum(scored_tokens(mb["input_ids"], mb["segments"]) for mb in micro)
+            pairs = sum(mb["counts"][3] for mb in micro)
         # one all-reduce carries the global counts (the loss normalizers) and rank 0's clock
         mine = torch.tensor([predicted, pairs, self.clock if dist.main else 0.0], dtype=torch.float64)
         glob = dist.all_sum(mine.to(dev, non_blocking=True))

@@ -25,9 +25,9 @@ def build_model(cfg: PretrainConfig, mcfg, state: dict | None, init: dict | None
     cuda = dev.type == "cuda"
     torch.manual_seed(cfg.seed)
     if cfg.objective == "electra":  # the generator and the discriminator (korbert/electra.py)
-        from korbert.electra import SCORED_NOT, KorElectraForPreTraining, generator_config
+        from korbert.electra import KorElectraForPreTraining, generator_config
 
-        model = KorElectraForPreTraining(mcfg, generator_config(mcfg, cfg.generator_size), cfg.disc_weight, SCORED_NOT)
+        model = KorElectraForPreTraining(mcfg, generator_config(mcfg, cfg.generator_size), cfg.disc_weight)
     else:
         model = KorBertForPreTraining(mcfg)
     model.attention = cfg.attention

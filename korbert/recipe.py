@@ -337,7 +337,8 @@ def stage_configs(cfg: RecipeConfig) -> dict:
 
     from korbert import recipe_klue
 
-    klue_tasks, klue_cfg = recipe_klue.chosen(cfg.klue, klue_data), KlueConfig(**{**p.get("klue", {}), **overrides["klue"]})
+    klue_settings = {**p.get("klue", {}), **overrides["klue"]}  # (every KLUE task's: the preset's, then --set klue.*)
+    klue_tasks, klue_cfg = recipe_klue.chosen(cfg.klue, klue_data), KlueConfig(**klue_settings)
     if klue_tasks and klue_cfg.max_len > trained and not klue_cfg.allow_untrained_positions:
         raise InputError(f"klue.max_len {klue_cfg.max_len} is longer than the {trained} tokens pretraining trains: "
                          f"set klue.max_len={trained}, or shards_long.max_seq_len={klue_cfg.max_len}")
@@ -355,7 +356,7 @@ def stage_configs(cfg: RecipeConfig) -> dict:
             "nsmc": replace(cfgs["nsmc"], model=folder, out=str(out / "nsmc" / slug)),
             "korquad": replace(cfgs["korquad"], model=folder, out=str(out / "korquad" / slug)),
         })
-    klue = recipe_klue.plan(klue_tasks, {**p.get("klue", {}), **overrides["klue"]}, final, out, control,
+    klue = recipe_klue.plan(klue_tasks, klue_settings, final, out, control,
                             cfg.init_from, slugs)
     return {"out": out, "cfgs": cfgs, "compare": compare, "control": control, "klue": klue}
 

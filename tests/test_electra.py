@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from corpus_tools.shard_format import CLS, MASK, PAD, SEP
-from korbert.electra import SCORED_NOT, KorElectraForPreTraining, auc, electra_configs
+from korbert.electra import KorElectraForPreTraining, auc, electra_configs
 from korbert.heldout import MODEL_INPUTS
 from korbert.model import bert_config, cu_seqlens_of
 from korbert.pretrain import main
@@ -24,7 +24,7 @@ def tiny_model(seed: int = 0) -> KorElectraForPreTraining:
     torch.manual_seed(seed)
     disc, gen = electra_configs(bert_config("tiny", 40, 16, {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                                                              "intermediate_size": 128}), 0.25)
-    return KorElectraForPreTraining(disc, gen, 50.0, SCORED_NOT)
+    return KorElectraForPreTraining(disc, gen, 50.0)
 
 
 def batch() -> dict:
@@ -66,10 +66,6 @@ def test_replaced_tokens_are_1_sampled_right_are_0_and_specials_and_padding_neve
     # mlm_positions, at position 0, write back its [CLS])
     assert torch.equal(seen[0], b["input_ids"]) and seen[1].tolist() == [[CLS, 11, 11, SEP, 11, SEP], [CLS, 13, 11, SEP, PAD, PAD]]
     assert int(o.nsp_count) == 5 and int(o.mlm_count) == 4  # scored: the five text tokens (10..14), the unmasked 13 included
-    # the batch's scored tokens, as the loop counts them for its normalizer
-    from korbert.electra import scored_tokens
-
-    assert scored_tokens(b["input_ids"], b["segments"]) == 5
 
 
 def test_the_embeddings_are_one_tensor_and_both_losses_train_it():
@@ -178,9 +174,8 @@ def test_electra_is_refused_where_it_cannot_run(shards_dir, bert_dir, tmp_path):
 
 def test_electra_evaluation_leaves_the_training_streams_alone_and_the_loop_counts_what_the_model_scores(shards_dir, tmp_path):
     """The generator samples in the held-out evaluation too: how often it runs (not part of the run's identity) must
-    not change the training, and two evaluations of the same weights agree. The loop's normalizer (counted on the
-    CPU batch) is the model's count of scored tokens."""
-    from korbert.electra import scored_tokens
+    not change the training, and two evaluations of the same weights agree. The loop's normalizer (counted by the
+    collate, korbert.data.make_batch, in the loader workers) is the model's count of scored tokens."""
     from korbert.pretrain import Trainer
 
     quiet = main(cfg(shards_dir, tmp_path / "quiet", eval_every=0, **ELECTRA))
@@ -190,7 +185,7 @@ def test_electra_evaluation_leaves_the_training_streams_alone_and_the_loop_count
     b = next(iter(t._loader()))
     with torch.no_grad():
         o = t.model(**{k: b[k] for k in MODEL_INPUTS}, packed=b["packed"])
-    assert int(o.nsp_count) == scored_tokens(b["input_ids"], b["segments"]) > 0
+    assert int(o.nsp_count) == b["counts"][3] > 0
     assert t._evaluate(t.held_out) == t._evaluate(t.held_out)
 
 

@@ -163,7 +163,8 @@ def test_static_shards_collate_as_before(static):
         for k in MODEL_INPUTS:
             if k != "cu_seqlens":  # (newer than the old collate: tests/test_attention_paths.py checks it)
                 assert np.array_equal(new[k].numpy(), old[k]), k
-        assert new["counts"] == (len(old["mlm_labels"]), len(old["nsp_labels"]), int((old["segments"] > 0).sum()))
+        text = (old["segments"] > 0) & ~np.isin(old["input_ids"], (CLS, SEP))  # (what ELECTRA's discriminator scores)
+        assert new["counts"] == (len(old["mlm_labels"]), len(old["nsp_labels"]), int((old["segments"] > 0).sum()), int(text.sum()))
 
 
 def test_fixed_shapes_pad_without_loss(dynamic):
@@ -190,7 +191,7 @@ def test_fixed_shapes_pad_without_loss(dynamic):
         assert int(oa.mlm_count) == int(ob.mlm_count) and int(oa.nsp_count) == int(ob.nsp_count)
     assert sizes == {fixed}  # one shape
     empty = make_batch(dynamic, [np.zeros(0, np.int64)] * 3, 128, seed=0, epoch=0, packed=True, fixed=fixed)  # a rank's share of padding rows
-    assert empty["counts"] == (0, 0, 0) and (len(empty["mlm_labels"]), len(empty["nsp_labels"])) == fixed and empty["input_ids"].shape == (3, 128)
+    assert empty["counts"] == (0, 0, 0, 0) and (len(empty["mlm_labels"]), len(empty["nsp_labels"])) == fixed and empty["input_ids"].shape == (3, 128)
     epoch, rows, length = plan(0)
     need = make_batch(dynamic, rows, length, seed=0, epoch=epoch, packed=True)
     grown = make_batch(dynamic, rows, length, seed=0, epoch=epoch, packed=True, fixed=(64, 8))  # counts too small for this batch
