@@ -47,6 +47,7 @@ def main() -> None:
     ap.add_argument("--data", default="", help="the data folder (default: $KORBERT_DATA)")
     ap.add_argument("--work", default="runs/electra-vs-mlm")
     ap.add_argument("--generator-size", type=float, default=0.25)
+    ap.add_argument("--workers", type=int, default=2, help="Dask workers for the shards (0: one process)")
     ap.add_argument("--time-steps", type=int, default=120, help="steps timed per objective (after --time-skip)")
     ap.add_argument("--time-skip", type=int, default=20)
     ap.add_argument("--time-only", action="store_true", help="measure the step-time ratio and stop")
@@ -67,7 +68,7 @@ def main() -> None:
 
     data = a.data or os.environ.get("KORBERT_DATA", "")
     work = Path(a.work)
-    recipe = C.parse(RecipeConfig, ["--preset", a.preset, "--out", str(work / "shared"), *(["--data", data] if data else []),
+    recipe = C.parse(RecipeConfig, ["--preset", a.preset, "--out", str(work / "shared"), *(["--data", data] if data else []), "--workers", str(a.workers),
                                     "--klue", *(a.klue or ["none"]), "--set", "shards.nsp=false", *a.set], prog="electra_vs_mlm")
     plan = stage_configs(recipe)
     cfgs = plan["cfgs"]
@@ -82,19 +83,32 @@ def main() -> None:
         return replace(cfgs["pretrain"], objective=objective, max_steps=steps, max_minutes=0.0, max_tokens=0,
                        out=str(work / folder), replace=True, **extra)
 
-    # -- the step times, one after the other, each alone (the long phase left out: the same share for both)
-    times = {}
-    for objective in ("mlm", "electra"):
+    # -- the step times, one after the other, each alone (the long phase left out: the same share for both),
+    # measured once per work folder and settings (WORK/step-times.json): a resumed run keeps them, and with them the
+    # ELECTRA arm's steps. --time-only measures them afresh and leaves that file alone; delete it to re-time a run.
+    timed = work / "step-times.json"
+    what = {"pretrain": C.to_dict(cfgs["pretrain"]), "generator_size": a.generator_size, "time_steps": a.time_steps, "time_skip": a.time_skip}
+    old = json.loads(timed.read_text(encoding="utf-8")) if timed.is_file() and not a.time_only else {}
+    times = old.get("times", {}) if old.get("what") == what and set(old.get("times", {})) == {"mlm", "electra"} else {}
+    if times:
+        load.update(old.get("load", {}))
+        print(f"step times from {timed}, measured on {(old.get('machine') or {}).get('cpu')}: {times}", flush=True)
+        if old.get("machine") != machine():
+            print(f"note: this machine is {machine()}; delete {timed} to time the arms here", file=sys.stderr, flush=True)
+    for objective in [] if times else ("mlm", "electra"):
         c = replace(arm(objective, a.time_skip + a.time_steps, f"time-{objective}"), long_shards="", log_every=10 if a.time_steps >= 50 else 1, eval_every=0, save_every=10**6,
                     force=True)  # (timed from nothing every time: a resumed log would mix two runs)
         load[f"before_time_{objective}"] = os.getloadavg()
         pretrain_stage.main(c)
         times[objective] = step_seconds(Path(c.out) / "log.jsonl", a.time_skip)
         print(f"{objective}: {times[objective] * 1000:.1f} ms per step", flush=True)
+    timed_on = old.get("machine") if old.get("times") == times else machine()
+    if not a.time_only and old.get("times") != times:
+        atomic_write_json(timed, {"what": what, "times": times, "machine": timed_on, "load": {k: v for k, v in load.items() if k.startswith("before_time")}})
     ratio = times["electra"] / times["mlm"]
     result = {
         "what": "ELECTRA against MLM pretraining at equal compute, each against its random-init control (issue 61)",
-        "command": " ".join(["python", "benchmarks/electra_vs_mlm.py", *sys.argv[1:]]), "machine": machine(),
+        "command": " ".join(["python", "benchmarks/electra_vs_mlm.py", *sys.argv[1:]]), "machine": machine(), "step_times_machine": timed_on,
         "step_seconds": times, "ratio_step_time_electra_vs_mlm": round(ratio, 4), "load_average": load,
     }
     if a.time_only:

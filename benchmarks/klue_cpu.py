@@ -8,8 +8,8 @@ fine-tuning seed: `korbert eval <task>` on the model and on its control (the sam
 initialized, the same fine-tuning), with the `cpu` preset's KLUE settings (korbert/recipe.py) unless
 --set changes them. The protocol is the one the files allow: the published one with a train file, else
 the KLUE dev-split (named in every row). Runs are cached by their results.json (same config: not run
-again), so a killed benchmark resumes; rows for other models (--kind plain, ...) are merged into --result
-by (kind, model folder). Each row: kind, model or control, seed, task, protocol, the metrics, their 95%
+again), so a killed benchmark resumes; rows are merged into --result by (kind, model folder, model or control, seed,
+task), and a model retrained in its folder drops its earlier rows (each row holds the model's key). Each row: kind, model or control, seed, task, protocol, the metrics, their 95%
 interval, seconds; each pair a `ratio_<metric>` (model / control) and a gain in points.
 """
 
@@ -25,6 +25,32 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+
+def _id(row: dict) -> tuple:
+    return row["kind"], row["model"], row["row"], row["seed"], row["task"]
+
+
+def merge_rows(before: dict, rows: list[dict], command: str, load: list) -> list[dict]:
+    """The result file's rows after this run: the earlier file's rows this run did not redo (less those of a model
+    since retrained: another `model_key`), then this run's. Each row names the command and the load it ran under;
+    a row whose result was reused from an earlier run (`fresh` false) keeps that run's, where the file holds that
+    same result (else, a run killed before it wrote the file: this run's)."""
+    keys = {(r["kind"], r["model"]): r["model_key"] for r in rows}
+    kept = [r for r in before["rows"]  # (a row from before rows held their model's key: kept, and matched by its result)
+            if (r["kind"], r["model"]) not in keys or r.get("model_key", keys[r["kind"], r["model"]]) == keys[r["kind"], r["model"]]]
+    for r in kept:  # (a file from before rows named their command: the file's)
+        r.setdefault("command", before.get("command")), r.setdefault("load_average_start_end", before.get("load_average_start_end"))
+    ran = {_id(r): r for r in kept}
+    new = {}
+    for r in rows:
+        r = dict(r)
+        old = None if r.pop("fresh") else ran.get(_id(r))
+        if old is not None and (old["metrics"], old.get("seconds")) != (r["metrics"], r.get("seconds")):
+            old = None
+        new[_id(r)] = {**r, "command": old["command"] if old else command, "load_average_start_end": old["load_average_start_end"] if old else load}
+    # a row redone takes its old place (the file's order stays); rows this run did not redo stay as they were
+    return [new.pop(_id(r), r) for r in kept] + list(new.values())
 
 
 def main() -> None:
@@ -54,6 +80,7 @@ def main() -> None:
     settings = {**PRESETS["cpu"]["klue"], **{k: _coerce(KlueConfig, k, v) for k, v in (x.split("=", 1) for x in a.set)}}
     work = Path(a.work) / a.kind
     rows, load = [], [list(os.getloadavg())]
+    model_key = _folder_key(a.model)  # (the rows of a model retrained in this folder replace the earlier ones)
     for t in [t for t in a.tasks if t in found]:
         train = data / "klue" / file_name(t, "train")
         for seed in a.seeds:
@@ -65,15 +92,15 @@ def main() -> None:
                 done, marker = Path(cfg.out) / "results.json", Path(cfg.out) / "bench-key.json"
                 # the recipe's key: the config, the model (retrained weights: run again), the files' content, the readers' version
                 key = {"key": eval_key(cfg, _key(_folder_key(a.model, weights=who == "model"), "klue reader", READER_VERSION))}
-                old = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else None
+                old, fresh = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else None, False
                 if old is None or not marker.is_file() or json.loads(marker.read_text(encoding="utf-8")) != key:
-                    t0 = time.time()
+                    t0, fresh = time.time(), True
                     old = run_task(TASKS[t], cfg)
                     atomic_write_json(marker, key)
                     print(f"{TASKS[t]} {who} seed {seed}: {old['metrics']} in {time.time() - t0:.0f} s", flush=True)
                 pair[who] = old
-                rows.append({"kind": a.kind, "model": a.model, "row": who, "seed": seed, "task": TASKS[t], "protocol": old["protocol"]["name"],
-                             "metrics": old["metrics"], "ci95": old.get("ci95", {}), "n": old["n"], "seconds": old["seconds"]["total"]})
+                rows.append({"kind": a.kind, "model": a.model, "model_key": model_key, "row": who, "seed": seed, "task": TASKS[t], "protocol": old["protocol"]["name"],
+                             "metrics": old["metrics"], "ci95": old.get("ci95", {}), "n": old["n"], "seconds": old["seconds"]["total"], "fresh": fresh})
             ctl = pair["control"]["metrics"]  # (a metric may be None: Pearson r of constant predictions)
             rows[-2]["gain_over_control"] = {k: round(v - ctl[k], 4) if None not in (v, ctl[k]) else None for k, v in pair["model"]["metrics"].items()}
             rows[-2].update({f"ratio_{k}": round(v / ctl[k], 4) if v is not None and ctl[k] else None for k, v in pair["model"]["metrics"].items()})
@@ -81,10 +108,7 @@ def main() -> None:
     result_path = Path(a.result)
     command = " ".join(["python", "benchmarks/klue_cpu.py", *sys.argv[1:]])
     before = json.loads(result_path.read_text(encoding="utf-8")) if result_path.is_file() else {"rows": []}
-    for r in before["rows"]:  # (each row names the command and the load it ran under: rows of several runs are merged)
-        r.setdefault("command", before.get("command")), r.setdefault("load_average_start_end", before.get("load_average_start_end"))
-    rows = [{**r, "command": command, "load_average_start_end": load} for r in rows]
-    kept = [r for r in before["rows"] if (r["kind"], r["model"]) != (a.kind, a.model)] + rows
+    kept = merge_rows(before, rows, command, load)
     summary = {}
     for r in kept:
         if r["row"] == "model":

@@ -7,8 +7,12 @@
 Each arm is the `cpu` preset on a step budget (the tokenizer study's: the same steps on any machine),
 run alone:
 
-    korbert run --preset cpu --out WORK/ARM --set pretrain.max_minutes=0 pretrain.max_steps=N pretrain.precision=fp32
-        nsmc.seed=S1 korquad.seed=S1 [the arm's settings]
+    korbert run --preset cpu --out WORK/ARM --workers 2 --set pretrain.max_minutes=0 pretrain.max_steps=N
+        pretrain.precision=P nsmc.seed=S1 korquad.seed=S1 [the arm's settings]
+
+(P: --precision, default auto as the preset: bf16 on a CPU with bf16 instructions). An arm after the
+first starts from a copy of the `before` arm's vocabulary (the recipe rebuilds it if its inputs or
+settings differ), so the arms share their tokenizer and the position texts chosen with it.
 
 then, on the model it pretrained and on its control (same architecture, random initialization):
 KorQuAD in 128-token windows (stride 32, query 40: the preset's) and in 384-token windows (stride 128,
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -63,10 +68,10 @@ def arm_paths(work: Path, arm: str) -> Path:
 
 def recipe_command(args, run: Path, sets: list[str]) -> list[str]:
     preset = "demo" if args.smoke else "cpu"
-    base = ["pretrain.max_minutes=0", f"pretrain.max_steps={args.steps}", "pretrain.precision=fp32", f"nsmc.seed={args.seeds[0]}",
+    base = ["pretrain.max_minutes=0", f"pretrain.max_steps={args.steps}", f"pretrain.precision={args.precision}", f"nsmc.seed={args.seeds[0]}",
             f"korquad.seed={args.seeds[0]}", *(SMOKE if args.smoke else [])]
     return [sys.executable, "-m", "korbert.cli", "run", "--preset", preset, "--out", str(run), *(["--data", args.data] if args.data else []),
-            "--set", *base, *sets]
+            *(["--workers", str(args.workers)] if args.workers else []), "--set", *base, *sets]
 
 
 def eval_configs(run: Path, seed: int) -> dict:
@@ -81,11 +86,12 @@ def eval_configs(run: Path, seed: int) -> dict:
         for side in ("", "_control"):
             c = cls(**saved[task + side])
             where = "control" if side else "model"
-            c = replace(c, seed=seed, features=c.features or str(F.default_dir(c.out)))
+            shared = replace(c, seed=seed, features=c.features or str(F.default_dir(c.out)))  # (every seed reads one feature cache)
             first = seed == saved[task]["seed"]
-            out[f"{task}{side}"] = c if first else replace(c, out=str(run / f"seed-{seed}" / task / where))
+            # the recipe's seed: its own config, so that its cached result is found (another `features` is another key)
+            out[f"{task}{side}"] = c if first else replace(shared, out=str(run / f"seed-{seed}" / task / where))
             if task == "korquad":
-                out[f"korquad384{side}"] = replace(c, out=str(run / f"seed-{seed}" / "korquad384" / where), **WIDE)
+                out[f"korquad384{side}"] = replace(shared, out=str(run / f"seed-{seed}" / "korquad384" / where), **WIDE)
     return out
 
 
@@ -135,10 +141,26 @@ def summary(values: dict) -> dict:
 
 
 def arm(args) -> dict:
+    from korbert.runtime import resolve_precision
+
     work = Path(args.work)
     run = arm_paths(work, args.arm)
     sets = (args.after_set if args.arm == "after" else []) + args.set
     cmd = recipe_command(args, run, sets)
+    first = arm_paths(work, "before") / "vocab"
+    if args.arm != "before" and not (run / "vocab").exists() and (first / "manifest.json").is_file():
+        run.mkdir(parents=True, exist_ok=True)  # (a copy, never a link: a rebuild must not touch the before arm's)
+        shutil.rmtree(run / "vocab.partial", ignore_errors=True)  # (a copy a kill cut short)
+        shutil.copytree(first, run / "vocab.partial")
+        (run / "vocab.partial").rename(run / "vocab")
+        print(f"{run / 'vocab'}: copied from {first}", flush=True)
+    if args.arm != "before" and (first / "manifest.json").is_file():  # the shared vocabulary, checked before hours of pretraining
+        from korbert.folders import tokenizer_files_sha256
+
+        subprocess.run([*cmd[:cmd.index("--set")], "--preprocess-only", *cmd[cmd.index("--set"):]], check=True, cwd=ROOT)
+        if tokenizer_files_sha256(run / "vocab") != tokenizer_files_sha256(first):
+            raise SystemExit(f"{run / 'vocab'} is not {first}'s vocabulary (the recipe rebuilt it: other inputs or settings?); "
+                             "the arms must share it")
     print("+", shlex.join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
     evals = run_evals(run, args.seeds, args.force)
@@ -161,7 +183,7 @@ def arm(args) -> dict:
         **{k: summary(v)["mean"] for k, v in per["model"].items() if not k.startswith("korquad_steps")},
         "per_seed": {k: summary(v) for k, v in per["model"].items()},
         "control": {k: summary(v) for k, v in per["control"].items()},
-        "seeds": args.seeds, "settings": sets,
+        "seeds": args.seeds, "settings": sets, "precision": resolve_precision(args.precision, cuda=False),
         "pretrain": {k: pm.get(k) for k in ("step", "tokens", "seconds", "run_key", "trained_seq_len", "long_steps", "long_phase", "hardware")},
         "commands": [shlex.join(["korbert", *cmd[3:]]), *sorted({c for _, c in evals.values()}), *pos_cmds],
     }
@@ -175,6 +197,9 @@ def collect(args) -> dict:
 
     work = Path(args.work)
     arms = {a: json.loads((arm_paths(work, a) / "long-positions-arm.json").read_text(encoding="utf-8")) for a in ("before", "after")}
+    if arms["before"].get("precision") != arms["after"].get("precision"):
+        raise SystemExit(f"the arms pretrained in other precisions ({arms['before'].get('precision')}, {arms['after'].get('precision')}): "
+                         "run them with the same --precision on the same kind of CPU")
     others = {d.name: json.loads((d / "long-positions-arm.json").read_text(encoding="utf-8")) for d in sorted(work.iterdir())
               if d.name not in arms and (d / "long-positions-arm.json").is_file()}
     result = {
@@ -194,6 +219,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, default=10000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
     ap.add_argument("--data", default="")
+    ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"], help="pretraining precision, the same for every arm")
+    ap.add_argument("--workers", type=int, default=2, help="Dask workers for the shards (0: one process)")
     ap.add_argument("--work", default="runs/long-positions")
     ap.add_argument("--after-set", nargs="*", default=AFTER, help="the after arm's --set items (default: %(default)s)")
     ap.add_argument("--set", nargs="*", default=[], help="--set items for both arms")

@@ -2,7 +2,7 @@
 set -e
 cd /work/main; . .venv/bin/activate
 export KORBERT_DATA=../shared/data
-for K in morpheme-attached plain; do
+for K in ${KINDS:-morpheme-attached plain}; do
   echo "[$(date -u +%FT%TZ)] $K start, load $(cut -d' ' -f1-3 /proc/loadavg)"
   python runs/kinds_pretrain.py --preset cpu --data ../shared/data --out runs/kind-$K --workers 2 \
      --set vocab.kind=$K pretrain.max_minutes=0 pretrain.max_steps=10000
