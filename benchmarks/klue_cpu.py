@@ -8,9 +8,10 @@ fine-tuning seed: `korbert eval <task>` on the model and on its control (the sam
 initialized, the same fine-tuning), with the `cpu` preset's KLUE settings (korbert/recipe.py) unless
 --set changes them. The protocol is the one the files allow: the published one with a train file, else
 the KLUE dev-split (named in every row). Runs are cached by their results.json (same config: not run
-again), so a killed benchmark resumes; rows are merged into --result by (kind, model folder, model or control, seed,
-task), and a model retrained in its folder drops its earlier rows (each row holds the model's key). Each row: kind, model or control, seed, task, protocol, the metrics, their 95%
-interval, seconds; each pair a `ratio_<metric>` (model / control) and a gain in points.
+again), so a killed benchmark resumes; rows are merged into --result by (kind, model folder, model or
+control, seed, task), and a model retrained in its folder drops its earlier rows (each row holds the model's
+key). Each row: kind, model or control, seed, task, protocol, the metrics, their 95% interval, seconds;
+each pair a `ratio_<metric>` (model / control) and a gain in points.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def main() -> None:
     settings = {**PRESETS["cpu"]["klue"], **{k: _coerce(KlueConfig, k, v) for k, v in (x.split("=", 1) for x in a.set)}}
     work = Path(a.work) / a.kind
     rows, load = [], [list(os.getloadavg())]
-    model_key = _folder_key(a.model)  # (the rows of a model retrained in this folder replace the earlier ones)
+    # what each row is keyed on: the model's files (weights too: retrained, its rows are redone) and the control's (no weights)
+    folder_key = {"model": _folder_key(a.model), "control": _folder_key(a.model, weights=False)}
     for t in [t for t in a.tasks if t in found]:
         train = data / "klue" / file_name(t, "train")
         for seed in a.seeds:
@@ -91,7 +93,7 @@ def main() -> None:
                 cfg = replace(cfg, control=who == "control")
                 done, marker = Path(cfg.out) / "results.json", Path(cfg.out) / "bench-key.json"
                 # the recipe's key: the config, the model (retrained weights: run again), the files' content, the readers' version
-                key = {"key": eval_key(cfg, _key(_folder_key(a.model, weights=who == "model"), "klue reader", READER_VERSION))}
+                key = {"key": eval_key(cfg, _key(folder_key[who], "klue reader", READER_VERSION))}
                 old, fresh = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else None, False
                 if old is None or not marker.is_file() or json.loads(marker.read_text(encoding="utf-8")) != key:
                     t0, fresh = time.time(), True
@@ -99,7 +101,7 @@ def main() -> None:
                     atomic_write_json(marker, key)
                     print(f"{TASKS[t]} {who} seed {seed}: {old['metrics']} in {time.time() - t0:.0f} s", flush=True)
                 pair[who] = old
-                rows.append({"kind": a.kind, "model": a.model, "model_key": model_key, "row": who, "seed": seed, "task": TASKS[t], "protocol": old["protocol"]["name"],
+                rows.append({"kind": a.kind, "model": a.model, "model_key": folder_key["model"], "row": who, "seed": seed, "task": TASKS[t], "protocol": old["protocol"]["name"],
                              "metrics": old["metrics"], "ci95": old.get("ci95", {}), "n": old["n"], "seconds": old["seconds"]["total"], "fresh": fresh})
             ctl = pair["control"]["metrics"]  # (a metric may be None: Pearson r of constant predictions)
             rows[-2]["gain_over_control"] = {k: round(v - ctl[k], 4) if None not in (v, ctl[k]) else None for k, v in pair["model"]["metrics"].items()}

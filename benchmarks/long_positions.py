@@ -148,15 +148,16 @@ def arm(args) -> dict:
     sets = (args.after_set if args.arm == "after" else []) + args.set
     cmd = recipe_command(args, run, sets)
     first = arm_paths(work, "before") / "vocab"
-    if args.arm != "before" and not (run / "vocab").exists() and (first / "manifest.json").is_file():
-        run.mkdir(parents=True, exist_ok=True)  # (a copy, never a link: a rebuild must not touch the before arm's)
-        shutil.rmtree(run / "vocab.partial", ignore_errors=True)  # (a copy a kill cut short)
-        shutil.copytree(first, run / "vocab.partial")
-        (run / "vocab.partial").rename(run / "vocab")
-        print(f"{run / 'vocab'}: copied from {first}", flush=True)
-    if args.arm != "before" and (first / "manifest.json").is_file():  # the shared vocabulary, checked before hours of pretraining
+    if args.arm != "before" and (first / "manifest.json").is_file():
         from korbert.folders import tokenizer_files_sha256
 
+        if not (run / "vocab").exists():
+            run.mkdir(parents=True, exist_ok=True)  # (a copy, never a link: a rebuild must not touch the before arm's)
+            shutil.rmtree(run / "vocab.partial", ignore_errors=True)  # (a copy a kill cut short)
+            shutil.copytree(first, run / "vocab.partial")
+            (run / "vocab.partial").rename(run / "vocab")
+            print(f"{run / 'vocab'}: copied from {first}", flush=True)
+        # the shared vocabulary, checked before hours of pretraining
         subprocess.run([*cmd[:cmd.index("--set")], "--preprocess-only", *cmd[cmd.index("--set"):]], check=True, cwd=ROOT)
         if tokenizer_files_sha256(run / "vocab") != tokenizer_files_sha256(first):
             raise SystemExit(f"{run / 'vocab'} is not {first}'s vocabulary (the recipe rebuilt it: other inputs or settings?); "
