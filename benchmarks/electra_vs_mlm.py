@@ -120,17 +120,17 @@ def main() -> None:
     steps = {"mlm": a.steps, "electra": max(1, round(a.steps / ratio))}
     rows = []
     from evals.klue import main as klue_main
-    from evals.klue_data import READER_VERSION
-    from korbert.recipe import _key
+    from korbert.recipe import klue_upstream
     from korbert.recipe_klue import TASKS
 
     for objective in ("mlm", "electra"):
         load[f"before_{objective}"] = os.getloadavg()
         pm = pretrain_stage.main(arm(objective, steps[objective], objective))
         final = str(work / objective / "final")
+        upstreams = {row: _folder_key(final, weights=row == "model") for row in ("model", "control")}  # (hashed once, not per seed)
         for seed in a.seeds:
             for row in ("model", "control"):
-                upstream = _folder_key(final, weights=row == "model")
+                upstream = upstreams[row]
                 scores = {}
                 for task, module, c in (("nsmc", nsmc_stage, cfgs["nsmc"]), ("korquad", korquad_stage, cfgs["korquad"])):
                     c = replace(c, model=final, control=row == "control", seed=seed, out=str(work / objective / task / f"{row}-{seed}"))
@@ -140,7 +140,7 @@ def main() -> None:
                     if k["row"] != "model":
                         continue
                     c = replace(k["cfg"], model=final, control=row == "control", seed=seed, out=str(work / objective / "klue" / f"{k['task']}-{row}-{seed}"))
-                    key = eval_key(c, _key(upstream, "klue reader", READER_VERSION))  # (the recipe's KLUE key)
+                    key = eval_key(c, klue_upstream(upstream))  # (the recipe's KLUE key)
                     r, _ = _cached(Path(c.out), key, lambda: klue_main(TASKS[k["task"]], c), False)
                     scores[TASKS[k["task"]]] = {"protocol": r["protocol"]["name"], **r["metrics"]}
                 rows.append({"objective": objective, "row": row, "seed": seed, "steps": pm["step"], "tokens": pm["tokens"],

@@ -68,8 +68,8 @@ def main() -> None:
 
     from corpus_tools.artifacts import atomic_write_json, machine
     from evals.klue import KlueConfig, main as run_task
-    from evals.klue_data import READER_VERSION, dev_files, file_name
-    from korbert.recipe import PRESETS, _coerce, _folder_key, _key, eval_key
+    from evals.klue_data import dev_files, file_name
+    from korbert.recipe import PRESETS, _coerce, _folder_key, eval_key, klue_upstream
     from korbert.recipe_klue import TASKS
 
     if not (a.data or os.environ.get("KORBERT_DATA")):
@@ -93,7 +93,7 @@ def main() -> None:
                 cfg = replace(cfg, control=who == "control")
                 done, marker = Path(cfg.out) / "results.json", Path(cfg.out) / "bench-key.json"
                 # the recipe's key: the config, the model (retrained weights: run again), the files' content, the readers' version
-                key = {"key": eval_key(cfg, _key(folder_key[who], "klue reader", READER_VERSION))}
+                key = {"key": eval_key(cfg, klue_upstream(folder_key[who]))}
                 old, fresh = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else None, False
                 if old is None or not marker.is_file() or json.loads(marker.read_text(encoding="utf-8")) != key:
                     t0, fresh = time.time(), True

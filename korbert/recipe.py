@@ -372,6 +372,13 @@ def _folder_key(folder: str, weights: bool = True) -> str:
     return _key(sha256_file(path / "config.json"), tokenizer_files_sha256(path), weights_sha256(path) if weights else "")
 
 
+def klue_upstream(folder_key: str) -> str:
+    """What a KLUE eval's key holds beyond its config: the model folder's key and the KLUE readers' version."""
+    from evals.klue_data import READER_VERSION
+
+    return _key(folder_key, "klue reader", READER_VERSION)
+
+
 def _inputs_key(c) -> list:
     """The sha256 of every input file a stage's config names (the NSMC/KorQuAD files): an eval's
     results depend on their content, not on their path, so a file edited in place is a new input."""
@@ -519,12 +526,10 @@ def main(cfg: RecipeConfig) -> dict:
     from evals.klue import main as klue_main
     from korbert import recipe_klue
 
-    from evals.klue_data import READER_VERSION
-
     keys = {"model": model_key, "control": control_key, "start": control_key}  # (and what the KLUE readers take from the files)
     klue = [{**k, "result": ev(f"{recipe_klue.TASKS[k['task']]} ({Path(k['folder'].rstrip('/')).name if k['folder'] else k['row']})",
                                SimpleNamespace(main=partial(klue_main, recipe_klue.TASKS[k["task"]])), k["cfg"],
-                               _key(_folder_key(k["folder"]) if k["folder"] else keys[k["row"]], "klue reader", READER_VERSION))}
+                               klue_upstream(_folder_key(k["folder"]) if k["folder"] else keys[k["row"]]))}
             for k in plan["klue"]]
     from korbert.report import write_report
 
