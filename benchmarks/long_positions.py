@@ -21,7 +21,11 @@ per seed (the recipe ran S1 at 128; the rest run here, cached like the recipe's 
 arm resumes); and the position measure (`korbert eval positions`) on held-out kowiki articles chosen
 once (`korbert eval positions-texts`, after the preset's first 8,000) and read by both arms.
 
-Further arms (`--arm schedule-only --set pretrain.long_schedule=own`) go under `decomposition`.
+The model is also fine-tuned at 384 by the preset's epochs alone (`korquad384_epochs`: fewer steps than at
+128), so the fine-tuning budget's share of the 384-token gap is read on the same model. Further arms, one
+candidate each, with --positions-only (pretraining and the position measure, no fine-tuning):
+`--arm schedule --set pretrain.long_schedule=own pretrain.long_warmup=0.1`, `--arm copy --set
+pretrain.long_init=copy`, `--arm long-docs --set shards_long.min_chars=1000`; they go under `decomposition`.
 --collect writes --result (default benchmarks/results/long-positions-cpu.json) with a `before` and an
 `after` object: mlm_acc_by_position / mlm_acc_128_reference and their token counts, korquad_f1_128,
 korquad_f1_384 and nsmc (means over the seeds), their per-seed values and ranges, the control's, the
@@ -43,7 +47,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-AFTER = ["pretrain.long_schedule=own", "pretrain.long_warmup=0.1", "pretrain.long_init=copy"]  # the candidates built for issue 58
+# the candidates built for issue 58: the long phase's own warmup and decay, its new positions copied from the trained ones,
+# and long shards of long documents only (1,000 characters and up: no review reaches it, so no instance is a one-line review)
+AFTER = ["pretrain.long_schedule=own", "pretrain.long_warmup=0.1", "pretrain.long_init=copy", "shards_long.min_chars=1000"]
 WIDE = dict(max_len=384, stride=128, max_query_len=64, epoch_window="128/32/40")
 SMOKE = ["pretrain.max_tokens=0", "shards_long.max_seq_len=512", "nsmc.max_train_examples=300", "nsmc.max_eval_examples=200",
          "korquad.max_train_examples=60", "korquad.max_eval_examples=30"]
@@ -75,7 +81,8 @@ def recipe_command(args, run: Path, sets: list[str]) -> list[str]:
 
 
 def eval_configs(run: Path, seed: int) -> dict:
-    """{name: config} of one seed: korquad at 128 and at 384 (matched steps) and NSMC-R, model and control."""
+    """{name: config} of one seed: korquad at 128 and at 384 (matched steps) and NSMC-R, model and control, and the
+    model's korquad at 384 by epochs (korquad384_epochs)."""
     from evals import features as F
     from evals.korquad import KorquadConfig
     from evals.nsmc import NsmcConfig
@@ -92,6 +99,8 @@ def eval_configs(run: Path, seed: int) -> dict:
             out[f"{task}{side}"] = c if first else replace(shared, out=str(run / f"seed-{seed}" / task / where))
             if task == "korquad":
                 out[f"korquad384{side}"] = replace(shared, out=str(run / f"seed-{seed}" / "korquad384" / where), **WIDE)
+                if not side:  # the budget by epochs alone at 384: fewer steps (the model only)
+                    out["korquad384_epochs"] = replace(out["korquad384"], out=str(run / f"seed-{seed}" / "korquad384-epochs" / where), epoch_window="")
     return out
 
 
@@ -164,17 +173,17 @@ def arm(args) -> dict:
                              "the arms must share it")
     print("+", shlex.join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
-    evals = run_evals(run, args.seeds, args.force)
+    evals = {} if args.positions_only else run_evals(run, args.seeds, args.force)
     pos, pos_cmds = positions(args, run, work)
-    per = {}
+    per = {"model": {}, "control": {}}
     for (name, seed), (r, _) in evals.items():
         side = "control" if name.endswith("_control") else "model"
         task = name.removesuffix("_control")
         if task == "nsmc":
-            per.setdefault(side, {}).setdefault("nsmc", {})[seed] = round(100 * r["metrics"]["accuracy"], 2)
+            per[side].setdefault("nsmc", {})[seed] = round(100 * r["metrics"]["accuracy"], 2)
         else:
-            w = "384" if task == "korquad384" else "128"
-            per.setdefault(side, {}).setdefault(f"korquad_f1_{w}", {})[seed] = round(r["metrics"]["f1"], 2)
+            w = {"korquad": "128", "korquad384": "384", "korquad384_epochs": "384_epochs"}[task]
+            per[side].setdefault(f"korquad_f1_{w}", {})[seed] = round(r["metrics"]["f1"], 2)
             per[side].setdefault(f"korquad_em_{w}", {})[seed] = round(r["metrics"]["exact_match"], 2)
             per[side].setdefault(f"korquad_steps_{w}", {})[seed] = r["training"]["steps"]
     pm = json.loads((run / "pretrain" / "final" / "manifest.json").read_text(encoding="utf-8"))
@@ -182,9 +191,9 @@ def arm(args) -> dict:
         "mlm_acc_by_position": pos["mlm_acc_by_position"], "mlm_acc_128_reference": pos["mlm_acc_128_reference"],
         "masked_tokens": pos["masked_tokens"], "position_windows": pos["windows"], "texts": {k: pos["texts"][k] for k in ("path", "sha256", "documents")},
         **{k: summary(v)["mean"] for k, v in per["model"].items() if not k.startswith("korquad_steps")},
-        "per_seed": {k: summary(v) for k, v in per["model"].items()},
-        "control": {k: summary(v) for k, v in per["control"].items()},
-        "seeds": args.seeds, "settings": sets, "precision": resolve_precision(args.precision, cuda=False),
+        **({} if args.positions_only else {"per_seed": {k: summary(v) for k, v in per["model"].items()},
+                                           "control": {k: summary(v) for k, v in per["control"].items()}, "seeds": args.seeds}),
+        "settings": sets, "precision": resolve_precision(args.precision, cuda=False),
         "pretrain": {k: pm.get(k) for k in ("step", "tokens", "seconds", "run_key", "trained_seq_len", "long_steps", "long_phase", "hardware")},
         "commands": [shlex.join(["korbert", *cmd[3:]]), *sorted({c for _, c in evals.values()}), *pos_cmds],
     }
@@ -198,11 +207,11 @@ def collect(args) -> dict:
 
     work = Path(args.work)
     arms = {a: json.loads((arm_paths(work, a) / "long-positions-arm.json").read_text(encoding="utf-8")) for a in ("before", "after")}
-    if arms["before"].get("precision") != arms["after"].get("precision"):
-        raise SystemExit(f"the arms pretrained in other precisions ({arms['before'].get('precision')}, {arms['after'].get('precision')}): "
-                         "run them with the same --precision on the same kind of CPU")
     others = {d.name: json.loads((d / "long-positions-arm.json").read_text(encoding="utf-8")) for d in sorted(work.iterdir())
               if d.name not in arms and (d / "long-positions-arm.json").is_file()}
+    precisions = {a: r.get("precision") for a, r in {**arms, **others}.items()}
+    if len(set(precisions.values())) > 1:
+        raise SystemExit(f"the arms pretrained in other precisions ({precisions}): run them with the same --precision on the same kind of CPU")
     result = {
         "about": "issue 58: positions past 128 and KorQuAD at 384 vs 128 (matched steps), before and after; benchmarks/long_positions.py",
         "preset": "demo (smoke)" if args.smoke else "cpu", "steps": args.steps, **arms,
@@ -227,6 +236,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--set", nargs="*", default=[], help="--set items for both arms")
     ap.add_argument("--result", default=str(ROOT / "benchmarks" / "results" / "long-positions-cpu.json"))
     ap.add_argument("--smoke", action="store_true", help="the demo preset on the embedded sample, tiny: checks the script end to end")
+    ap.add_argument("--positions-only", action="store_true", help="pretrain and measure positions, no fine-tuning (the decomposition's arms)")
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
     if args.smoke and args.result.startswith(str(ROOT / "benchmarks")):
@@ -235,6 +245,8 @@ def main(argv: list[str] | None = None) -> dict:
         return collect(args)
     if not args.arm:
         ap.error("--arm before|after, or --collect")
+    if args.positions_only and args.arm in ("before", "after"):
+        ap.error("--positions-only is for the decomposition's arms: before and after are fine-tuned too")
     return arm(args)
 
 

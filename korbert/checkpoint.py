@@ -285,9 +285,9 @@ def model_config(cfg: PretrainConfig, state: dict | None, init: dict | None, map
         except ValueError as e:
             raise InputError(str(e)) from None
         if cfg.objective == "electra":  # the discriminator's shape (the generator's follows from it: korbert/electra.py)
-            from korbert.electra import electra_configs
+            from korbert.electra import discriminator_config
 
-            mcfg = electra_configs(mcfg, cfg.generator_size)[0]
+            mcfg = discriminator_config(mcfg)
     else:
         from transformers import BertConfig, ElectraConfig
 

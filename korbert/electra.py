@@ -24,20 +24,18 @@ import torch.nn.functional as F
 from transformers import BertConfig, ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
 from corpus_tools.shard_format import special_mask_of
-from korbert.model import IGNORE, PretrainingOutput, run_layers
+from korbert.model import IGNORE, PretrainingOutput, encoder_macs, run_layers
 
 
-def electra_configs(bert: BertConfig, generator_size: float) -> tuple[ElectraConfig, ElectraConfig]:
-    """The discriminator's ElectraConfig (the shape of `bert`, from the size preset and --override) and the
-    generator's: `generator_size` x the hidden size, the heads (at least one) and the FFN, the same layers
-    and embeddings (`embedding_size` = the discriminator's hidden size)."""
+def discriminator_config(bert: BertConfig) -> ElectraConfig:
+    """The discriminator's ElectraConfig: the shape of `bert` (from the size preset and --override)."""
     fields = {k: v for k, v in bert.to_dict().items() if k in ElectraConfig().to_dict() and k not in ("architectures", "model_type", "transformers_version")}
-    disc = _electra(fields, bert.hidden_size, "ElectraForPreTraining")
-    return disc, generator_config(disc, generator_size)
+    return _electra(fields, bert.hidden_size, "ElectraForPreTraining")
 
 
 def generator_config(disc: ElectraConfig, generator_size: float) -> ElectraConfig:
-    """The generator's config for a discriminator's (a resume rebuilds it from the checkpoint's)."""
+    """The generator's config for a discriminator's: `generator_size` x its hidden size, heads (at least one)
+    and FFN, the same layers and embeddings (`embedding_size` = the discriminator's hidden size)."""
     heads = max(1, round(disc.num_attention_heads * generator_size))
     hidden = max(heads, round(disc.hidden_size * generator_size / heads) * heads)  # a multiple of its heads
     fields = {k: v for k, v in disc.to_dict().items() if k not in ("architectures", "model_type", "transformers_version")}
@@ -113,6 +111,9 @@ class KorElectraForPreTraining(torch.nn.Module):
         with torch.no_grad():
             mlm_correct = ((logits.argmax(-1) == mlm_labels) & m_valid).sum()
             d_correct = (((d_logits > 0).float() == labels) & scored).sum()
+        if self.training:
+            return PretrainingOutput(loss, mlm_sum.detach(), mlm_correct, m, d_sum.detach(), d_correct, n)
+        # (held out: the logits and labels too, for the AUC: korbert/heldout.py)
         return PretrainingOutput(loss, mlm_sum.detach(), mlm_correct, m, d_sum.detach(), d_correct, n,
                                  d_logits.detach(), torch.where(scored, labels, torch.full_like(labels, -1.0)))
 
@@ -122,18 +123,15 @@ class KorElectraForPreTraining(torch.nn.Module):
 
         return count_parameters(getattr(self, part))
 
-    def step_flops(self, disc: ElectraConfig, tokens: float, attended: float, predicted: float, scored: float) -> float:
+    def step_flops(self, disc: ElectraConfig, tokens: float, attended: float, predicted: float, second: float) -> float:
         """Training FLOPs of one step (forward + backward = 3 x forward, 2 per multiply-add), as korbert.model.step_flops
-        counts BERT's: both encoders' matmuls on every non-padding token and attention within each instance, the
-        generator's projection from the shared embeddings (E x h) on every token and its head (h x E + E x V) at the
-        predicted positions, the discriminator's head (H x H + H) on every token (`scored`: unused, the head runs on all)."""
-        gen, total = self.generator.config, 0.0
-        for c in (disc, gen):
-            h, n = c.hidden_size, c.num_hidden_layers
-            total += n * (4 * h * h + 2 * h * c.intermediate_size) * tokens + 2 * n * h * attended
-        e, g = gen.embedding_size, gen.hidden_size
-        total += (e * g if e != g else 0) * tokens + (g * e + e * gen.vocab_size) * predicted + (disc.hidden_size ** 2 + disc.hidden_size) * tokens
-        return 6 * total
+        counts BERT's: both encoders (korbert.model.encoder_macs), the generator's projection from the shared
+        embeddings (E x h) on every token and its head (h x E + E x V) at the predicted positions, the discriminator's
+        head (H x H + H) on every token (so `second`, the tokens it scores, does not enter: the head runs on all)."""
+        gen = self.generator.config
+        e, g, h = gen.embedding_size, gen.hidden_size, disc.hidden_size
+        heads = (e * g if e != g else 0) * tokens + (g * e + e * gen.vocab_size) * predicted + (h * h + h) * tokens
+        return 6 * (encoder_macs(disc, tokens, attended) + encoder_macs(gen, tokens, attended) + heads)
 
     def exported(self) -> tuple[ElectraForPreTraining, ElectraForMaskedLM]:
         """Standalone copies of the two (each with its own embeddings), for save_pretrained."""

@@ -196,10 +196,18 @@ class KorBertForPreTraining(BertForPreTraining):
     attention = "sdpa"
     fused_qkv = False
 
+    @property
+    def embeddings(self):
+        return self.bert.embeddings
+
     def forward(self, *args, sparse: bool = False, **kw):
         if not sparse:
             return super().forward(*args, **kw)
         return self.pretraining_forward(*args, **kw)
+
+    def step_flops(self, cfg: BertConfig, tokens: float, attended: float, predicted: float, second: float) -> float:
+        """korbert.model.step_flops (`second`: the NSP pairs, one per instance)."""
+        return step_flops(cfg, tokens, attended, predicted, second)
 
     def encode(
         self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, position_ids: torch.Tensor, segments: torch.Tensor,
@@ -279,11 +287,18 @@ def count_parameters(model: torch.nn.Module, embeddings: bool = True) -> int:
     return n
 
 
-def step_flops(cfg: BertConfig, tokens: float, attended: float, predicted: float, instances: float) -> float:
-    """Training FLOPs (forward + backward = 3 x forward, 2 per multiply-add) of one step: the
-    encoder's matmuls on every non-padding token, attention scores over each token's own instance
-    (`attended`: the sum over tokens of their instance's length), and the MLM head (transform +
-    the tied decoder, H x V) at the predicted positions only, plus the pooler + NSP at each [CLS]."""
-    h, l, v = cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size
+def encoder_macs(cfg, tokens: float, attended: float) -> float:
+    """Multiply-adds of one forward pass of an encoder of `cfg`'s shape: its matmuls on every non-padding
+    token, and attention scores over each token's own instance (`attended`: the sum over tokens of their
+    instance's length)."""
+    h, l = cfg.hidden_size, cfg.num_hidden_layers
     layer = 4 * h * h + 2 * h * cfg.intermediate_size  # QKV + output projections, the two FFN matmuls
-    return 6 * (l * layer * tokens + 2 * l * h * attended + (h * h + h * v) * predicted + (h * h + 2 * h) * instances)
+    return l * layer * tokens + 2 * l * h * attended
+
+
+def step_flops(cfg: BertConfig, tokens: float, attended: float, predicted: float, instances: float) -> float:
+    """Training FLOPs (forward + backward = 3 x forward, 2 per multiply-add) of one step: the encoder
+    (encoder_macs), and the MLM head (transform + the tied decoder, H x V) at the predicted positions only,
+    plus the pooler + NSP at each [CLS]."""
+    h, v = cfg.hidden_size, cfg.vocab_size
+    return 6 * (encoder_macs(cfg, tokens, attended) + (h * h + h * v) * predicted + (h * h + 2 * h) * instances)

@@ -145,7 +145,7 @@ def tile_positions(model, short_len: int, long_len: int) -> None:
     any input of at most short_len tokens, are unchanged."""
     import torch
 
-    rows = (model.embeddings if hasattr(model, "discriminator") else model.bert.embeddings).position_embeddings.weight  # (ELECTRA: shared)
+    rows = model.embeddings.position_embeddings.weight  # (ELECTRA's: the one module both encoders share)
     with torch.no_grad():
         for start in range(short_len, min(long_len, rows.shape[0]), short_len):
             n = min(short_len, long_len - start, rows.shape[0] - start)

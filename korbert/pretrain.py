@@ -115,8 +115,8 @@ class Trainer:
         if cfg.long_shards and cfg.long_init == "copy" and self.init and (self.init["trained_seq_len"] or 0) > sm["config"]["max_seq_len"]:
             raise InputError(f"--long-init copy: --init-from {cfg.init_from} already trained positions up to "
                              f"{self.init['trained_seq_len']}; copying rows over them would discard them (use --long-init keep)")
-        self.nsp = cfg.objective == "mlm+nsp"
         self.second = {"mlm+nsp": "nsp", "electra": "disc"}.get(cfg.objective)  # the second loss: NSP, ELECTRA's discriminator, none
+        self.nsp = self.second == "nsp"  # (the batches carry NSP labels)
         self.fixed = cfg.fixed_shapes == "on" or (cfg.fixed_shapes == "auto" and cfg.compile and cfg.pack)
         if self.fixed and not cfg.pack:
             raise InputError("--fixed-shapes on needs --pack (every row is max_seq_len tokens)")
@@ -140,7 +140,7 @@ class Trainer:
         self.long_len = self.long_manifest["config"]["max_seq_len"] if self.long_manifest else 0
         self.mcfg = mcfg = model_config(cfg, state, self.init, self.id_map is not None, len(tok), max(self.max_len, self.long_len))
         self.model, self.wrapped, self.opt = build_model(
-            cfg, self.mcfg, state, self.init, self.tok, self.id_map, self.precision, self.nsp, self.fixed, dist, dev)
+            cfg, self.mcfg, state, self.init, self.tok, self.id_map, self.precision, self.fixed, dist, dev)
         from korbert.model import attention_path
 
         # checked now (a path this machine cannot run, or attention dropout without sdpa: one line, before training)
@@ -338,8 +338,6 @@ class Trainer:
 
     def interval(self, done: bool) -> None:
         """At a log step: one log line, the held-out eval when due, the checkpoint when due."""
-        from korbert.model import step_flops
-
         cfg, dist, step = self.cfg, self.dist, self.step_no
         tot = dist.all_sum(self.stats.clone()).tolist()
         dt = max(time.time() - self.t_interval, 1e-9)
@@ -363,7 +361,7 @@ class Trainer:
         }
         if self.gnorm is not None:
             rec["grad_norm"] = round(float(self.gnorm), 4)
-        flops = (self.model.step_flops if self.second == "disc" else step_flops)(self.mcfg, self.interval_tokens, self.interval_attended, tot[2], tot[5])
+        flops = self.model.step_flops(self.mcfg, self.interval_tokens, self.interval_attended, tot[2], tot[5])
         rec["tflops"] = round(flops / dt / 1e12, 4)
         if self.peak:
             rec["mfu"] = round(flops / dt / (self.peak * dist.world), 4)

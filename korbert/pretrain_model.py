@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # annotations only: no import at run time
 UNTRAINED_WITHOUT_NSP = ("bert.pooler.", "cls.seq_relationship.")  # --objective mlm: exported as initialized
 
 
-def build_model(cfg: PretrainConfig, mcfg, state: dict | None, init: dict | None, tok, id_map, precision: str, nsp: bool, fixed: bool, dist, dev):
+def build_model(cfg: PretrainConfig, mcfg, state: dict | None, init: dict | None, tok, id_map, precision: str, fixed: bool, dist, dev):
     """-> (model, the module the loop calls, optimizer). `state`: a checkpoint to resume (its weights and
     optimizer); `init`: korbert.checkpoint.init_source's record of --init-from (its "fresh" list is set here)."""
     import torch
@@ -39,7 +39,7 @@ def build_model(cfg: PretrainConfig, mcfg, state: dict | None, init: dict | None
             from korbert.foreign import own_ids, reorder_vocab
 
             reorder_vocab(model, own_ids(tok, mcfg.vocab_size))
-    if not nsp and cfg.objective != "electra":  # MLM only: the pooler and the NSP head get no gradient and stay as initialized
+    if cfg.objective == "mlm":  # MLM only: the pooler and the NSP head get no gradient and stay as initialized
         for n, p in model.named_parameters():
             if n.startswith(UNTRAINED_WITHOUT_NSP):
                 p.requires_grad_(False)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from corpus_tools.shard_format import CLS, MASK, PAD, SEP
-from korbert.electra import KorElectraForPreTraining, auc, electra_configs
+from korbert.electra import KorElectraForPreTraining, auc, discriminator_config, generator_config
 from korbert.heldout import MODEL_INPUTS
 from korbert.model import bert_config, cu_seqlens_of
 from korbert.pretrain import main
@@ -22,9 +22,9 @@ ELECTRA = dict(objective="electra", generator_size=0.25, disc_weight=50.0)
 
 def tiny_model(seed: int = 0) -> KorElectraForPreTraining:
     torch.manual_seed(seed)
-    disc, gen = electra_configs(bert_config("tiny", 40, 16, {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-                                                             "intermediate_size": 128}), 0.25)
-    return KorElectraForPreTraining(disc, gen, 50.0)
+    disc = discriminator_config(bert_config("tiny", 40, 16, {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                                             "intermediate_size": 128}))
+    return KorElectraForPreTraining(disc, generator_config(disc, 0.25), 50.0)
 
 
 def batch() -> dict:
@@ -43,16 +43,17 @@ def batch() -> dict:
 
 
 def test_electra_shapes_follow_the_paper():
-    disc, gen = electra_configs(bert_config("small", 8000), 0.25)
+    disc = discriminator_config(bert_config("small", 8000))
+    gen = generator_config(disc, 0.25)
     assert (disc.hidden_size, disc.embedding_size, disc.num_attention_heads) == (512, 512, 8)
     assert (gen.hidden_size, gen.num_attention_heads, gen.intermediate_size, gen.embedding_size) == (128, 2, 512, 512)
     assert gen.num_hidden_layers == disc.num_hidden_layers and gen.vocab_size == disc.vocab_size == 8000
-    tiny = electra_configs(bert_config("tiny", 100), 1 / 3)[1]  # 2 heads x 1/3: at least one head, a width it divides
+    tiny = generator_config(discriminator_config(bert_config("tiny", 100)), 1 / 3)  # 2 heads x 1/3: at least one head, a width it divides
     assert tiny.num_attention_heads == 1 and tiny.hidden_size == 43
 
 
 def test_replaced_tokens_are_1_sampled_right_are_0_and_specials_and_padding_never_scored():
-    m = tiny_model()
+    m = tiny_model().eval()  # (the labels come back held out only: korbert/heldout.py's AUC)
     with torch.no_grad():  # a generator that always samples token 11: right at the masked 11, wrong at 10, 12 and 14
         m.generator.generator_lm_head.bias.fill_(-1e4)
         m.generator.generator_lm_head.bias[11] = 1e4
@@ -66,6 +67,7 @@ def test_replaced_tokens_are_1_sampled_right_are_0_and_specials_and_padding_neve
     # mlm_positions, at position 0, write back its [CLS])
     assert torch.equal(seen[0], b["input_ids"]) and seen[1].tolist() == [[CLS, 11, 11, SEP, 11, SEP], [CLS, 13, 11, SEP, PAD, PAD]]
     assert int(o.nsp_count) == 5 and int(o.mlm_count) == 4  # scored: the five text tokens (10..14), the unmasked 13 included
+    assert m.train()(**{k: b[k] for k in MODEL_INPUTS}).disc_labels is None  # training: the counts alone
 
 
 def test_the_embeddings_are_one_tensor_and_both_losses_train_it():
@@ -84,6 +86,33 @@ def test_the_embeddings_are_one_tensor_and_both_losses_train_it():
     m(**inputs, mlm_norm=torch.tensor(float("inf"))).loss.backward()
     assert word.grad.abs().sum() > 0 and m.generator.generator_predictions.dense.weight.grad.abs().sum() == 0
     assert m.discriminator.electra.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+
+
+def _linear_macs(model, b: dict) -> int:
+    """The multiply-adds the model's Linear layers run in one sparse training forward of batch `b`."""
+    macs = []
+    hooks = [m.register_forward_hook(lambda m, i, o: macs.append(i[0].numel() // m.in_features * m.in_features * m.out_features))
+             for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    try:
+        model(**b, sparse=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    return sum(macs)
+
+
+def test_step_flops_of_either_model_count_the_matmuls_its_training_forward_runs():
+    """model.step_flops (the loop's tflops and MFU) of ELECTRA and of BERT, attention scores aside, = 6 x the
+    multiply-adds their Linear layers run on the batch: 12 token slots, 6 predicted entries, 2 [CLS]."""
+    from korbert.model import KorBertForPreTraining
+
+    b = batch()
+    electra = tiny_model()
+    assert electra.step_flops(electra.config, 12, 0, 6, 0) == 6 * _linear_macs(electra, b)
+    bert = KorBertForPreTraining(bert_config("tiny", 40, 16, {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                                              "intermediate_size": 128}))
+    assert bert.step_flops(bert.config, 12, 0, 6, 2) == 6 * _linear_macs(bert, b)
+    assert electra.step_flops(electra.config, 12, 10, 6, 0) > electra.step_flops(electra.config, 12, 0, 6, 0)  # attention counts
 
 
 def test_auc_is_the_mann_whitney_statistic_with_ties_half():

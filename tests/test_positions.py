@@ -91,7 +91,7 @@ def test_eval_positions_end_to_end_on_real_texts(model_dir, tmp_path, one_thread
 
     from transformers import BertModel, ElectraForMaskedLM, ElectraForPreTraining
 
-    from korbert.electra import electra_configs
+    from korbert.electra import discriminator_config, generator_config
     from korbert.model import bert_config
 
     bare = tmp_path / "bare"
@@ -102,7 +102,8 @@ def test_eval_positions_end_to_end_on_real_texts(model_dir, tmp_path, one_thread
         main(PositionsConfig(model=str(bare), texts=str(texts), out=str(tmp_path / "b"), device="cpu", min_per_bucket=10))
     electra = tmp_path / "electra"
     shutil.copytree(model_dir, electra, ignore=shutil.ignore_patterns("config.json", "model.safetensors"))
-    disc, gen = electra_configs(bert_config("tiny", json.loads((model_dir / "config.json").read_text())["vocab_size"]), 0.25)
+    disc = discriminator_config(bert_config("tiny", json.loads((model_dir / "config.json").read_text())["vocab_size"]))
+    gen = generator_config(disc, 0.25)
     torch.manual_seed(0)
     ElectraForPreTraining(disc).save_pretrained(electra)
     shutil.copytree(electra, electra / "generator", ignore=shutil.ignore_patterns("config.json", "model.safetensors", "generator"))
