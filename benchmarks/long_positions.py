@@ -28,7 +28,7 @@ candidate each, with --positions-only (pretraining and the position measure, no 
 pretrain.long_init=copy`, `--arm long-docs --set shards_long.min_chars=1000`; they go under `decomposition`.
 --collect writes --result (default benchmarks/results/long-positions-cpu.json) with a `before` and an
 `after` object: mlm_acc_by_position / mlm_acc_128_reference and their token counts, korquad_f1_128,
-korquad_f1_384 and nsmc (means over the seeds), their per-seed values and ranges, the control's, the
+korquad_f1_384, korquad_f1_384_epochs and nsmc (means over the seeds), their per-seed values and ranges, the control's, the
 seeds and the commands. --smoke runs the whole path at a tiny scale on the embedded sample (the demo
 preset with a 512-token phase, a few steps, two seeds): a check of the script, not a measurement.
 """
@@ -55,8 +55,8 @@ SMOKE = ["pretrain.max_tokens=0", "shards_long.max_seq_len=512", "nsmc.max_train
          "korquad.max_train_examples=60", "korquad.max_eval_examples=30"]
 
 
-def command(c, task: str) -> str:
-    """The `korbert eval` command line of a config: its fields that differ from the defaults."""
+def command(c, task: str, *, tool: str = "eval") -> str:
+    """The `korbert eval TASK` (or `korbert TOOL`, task "") command line of a config: its fields that differ from the defaults."""
     from corpus_tools import config as C
 
     default = C.to_dict(type(c)())
@@ -64,8 +64,9 @@ def command(c, task: str) -> str:
     for k, v in C.to_dict(c).items():
         if v != default.get(k):
             flag = "--" + k.replace("_", "-")
-            flags += [flag] if v is True else [f"--no-{k.replace('_', '-')}"] if v is False else [flag, str(v)]
-    return shlex.join(["korbert", "eval", task, *flags])
+            flags += ([flag] if v is True else [f"--no-{k.replace('_', '-')}"] if v is False
+                      else [flag, *map(str, v)] if isinstance(v, list) else [flag, str(v)])
+    return shlex.join(["korbert", tool, *([task] if task else []), *flags])
 
 
 def arm_paths(work: Path, arm: str) -> Path:
@@ -157,7 +158,9 @@ def arm(args) -> dict:
     sets = (args.after_set if args.arm == "after" else []) + args.set
     cmd = recipe_command(args, run, sets)
     first = arm_paths(work, "before") / "vocab"
-    if args.arm != "before" and (first / "manifest.json").is_file():
+    preprocess = [*cmd[:cmd.index("--set")], "--preprocess-only", *cmd[cmd.index("--set"):]]
+    shared = args.arm != "before" and (first / "manifest.json").is_file()
+    if shared:
         from korbert.folders import tokenizer_files_sha256
 
         if not (run / "vocab").exists():
@@ -167,13 +170,26 @@ def arm(args) -> dict:
             (run / "vocab.partial").rename(run / "vocab")
             print(f"{run / 'vocab'}: copied from {first}", flush=True)
         # the shared vocabulary, checked before hours of pretraining
-        subprocess.run([*cmd[:cmd.index("--set")], "--preprocess-only", *cmd[cmd.index("--set"):]], check=True, cwd=ROOT)
+        print("+", shlex.join(preprocess), flush=True)
+        subprocess.run(preprocess, check=True, cwd=ROOT)
         if tokenizer_files_sha256(run / "vocab") != tokenizer_files_sha256(first):
             raise SystemExit(f"{run / 'vocab'} is not {first}'s vocabulary (the recipe rebuilt it: other inputs or settings?); "
                              "the arms must share it")
-    print("+", shlex.join(cmd), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT)
-    evals = {} if args.positions_only else run_evals(run, args.seeds, args.force)
+    if args.positions_only:  # the recipe's preprocessing, then its pretraining stage alone (the recipe would fine-tune too)
+        from korbert.pretrain import main as pretrain
+        from korbert.pretrain_config import PretrainConfig
+
+        if not shared:  # (else just run, above)
+            print("+", shlex.join(preprocess), flush=True)
+            subprocess.run(preprocess, check=True, cwd=ROOT)
+        pc = PretrainConfig(**json.loads((run / "recipe-config.json").read_text(encoding="utf-8"))["pretrain"])
+        print("+", command(pc, "", tool="pretrain"), flush=True)
+        pretrain(pc)
+        ran, evals = [shlex.join(["korbert", *preprocess[3:]]), command(pc, "", tool="pretrain")], {}
+    else:
+        print("+", shlex.join(cmd), flush=True)
+        subprocess.run(cmd, check=True, cwd=ROOT)
+        ran, evals = [shlex.join(["korbert", *cmd[3:]])], run_evals(run, args.seeds, args.force)
     pos, pos_cmds = positions(args, run, work)
     per = {"model": {}, "control": {}}
     for (name, seed), (r, _) in evals.items():
@@ -195,7 +211,7 @@ def arm(args) -> dict:
                                            "control": {k: summary(v) for k, v in per["control"].items()}, "seeds": args.seeds}),
         "settings": sets, "precision": resolve_precision(args.precision, cuda=False),
         "pretrain": {k: pm.get(k) for k in ("step", "tokens", "seconds", "run_key", "trained_seq_len", "long_steps", "long_phase", "hardware")},
-        "commands": [shlex.join(["korbert", *cmd[3:]]), *sorted({c for _, c in evals.values()}), *pos_cmds],
+        "commands": [*ran, *sorted({c for _, c in evals.values()}), *pos_cmds],
     }
     (run / "long-positions-arm.json").write_text(json.dumps(out, indent=1, ensure_ascii=False))
     print(f"\n{args.arm}: {json.dumps({k: out[k] for k in ('mlm_acc_by_position', 'mlm_acc_128_reference')})}")
@@ -213,7 +229,8 @@ def collect(args) -> dict:
     if len(set(precisions.values())) > 1:
         raise SystemExit(f"the arms pretrained in other precisions ({precisions}): run them with the same --precision on the same kind of CPU")
     result = {
-        "about": "issue 58: positions past 128 and KorQuAD at 384 vs 128 (matched steps), before and after; benchmarks/long_positions.py",
+        "about": "issue 58: positions past 128 and KorQuAD at 384 vs 128 (matched steps), before and after (each arm's settings: "
+                 "`settings`); benchmarks/long_positions.py",
         "preset": "demo (smoke)" if args.smoke else "cpu", "steps": args.steps, **arms,
         **({"decomposition": others} if others else {}), "machine": machine(), "versions": versions(),
     }
@@ -224,7 +241,7 @@ def collect(args) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arm", help="before, after (with --after-set), or any name for one more arm with its own --set (e.g. schedule-only)")
+    ap.add_argument("--arm", help="before, after (with --after-set), or any name for one more arm with its own --set (e.g. schedule)")
     ap.add_argument("--collect", action="store_true")
     ap.add_argument("--steps", type=int, default=10000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
@@ -236,7 +253,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--set", nargs="*", default=[], help="--set items for both arms")
     ap.add_argument("--result", default=str(ROOT / "benchmarks" / "results" / "long-positions-cpu.json"))
     ap.add_argument("--smoke", action="store_true", help="the demo preset on the embedded sample, tiny: checks the script end to end")
-    ap.add_argument("--positions-only", action="store_true", help="pretrain and measure positions, no fine-tuning (the decomposition's arms)")
+    ap.add_argument("--positions-only", action="store_true",
+                    help="the recipe's preprocessing and pretraining, then the position measure: no fine-tuning (the decomposition's arms)")
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
     if args.smoke and args.result.startswith(str(ROOT / "benchmarks")):

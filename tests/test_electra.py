@@ -112,7 +112,9 @@ def test_step_flops_of_either_model_count_the_matmuls_its_training_forward_runs(
     bert = KorBertForPreTraining(bert_config("tiny", 40, 16, {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                                                               "intermediate_size": 128}))
     assert bert.step_flops(bert.config, 12, 0, 6, 2) == 6 * _linear_macs(bert, b)
-    assert electra.step_flops(electra.config, 12, 10, 6, 0) > electra.step_flops(electra.config, 12, 0, 6, 0)  # attention counts
+    # attention scores: QK^T and the weighted sum (2 x hidden per attended pair), in each layer of both encoders
+    both = sum(c.num_hidden_layers * c.hidden_size for c in (electra.config, electra.generator.config))
+    assert electra.step_flops(electra.config, 12, 10, 6, 0) - electra.step_flops(electra.config, 12, 0, 6, 0) == 6 * 2 * 10 * both
 
 
 def test_auc_is_the_mann_whitney_statistic_with_ties_half():
