@@ -368,8 +368,8 @@ def test_fine_tuning_past_the_trained_positions_is_refused(model_dir, tmp_path, 
     (folder / "manifest.json").write_text(json.dumps({**m, "trained_seq_len": 128}))
 
     def run(out, **kw):
-        return main(KorquadConfig(model=str(folder), out=str(tmp_path / out), max_train_examples=8, max_eval_examples=5,
-                                  epochs=1, batch_size=8, device="cpu", seed=3, threads=1, **kw))
+        return main(KorquadConfig(model=str(folder), out=str(tmp_path / out), max_train_examples=8, max_eval_examples=2,
+                                  epochs=0, max_steps=1, batch_size=8, device="cpu", seed=3, threads=1, **kw))
 
     with pytest.raises(InputError, match=r"--max-len 384 is longer than the 128 tokens .*--long-shards.*--max-len 128 --stride 32 --max-query-len 40"):
         run("a")
