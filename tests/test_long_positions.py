@@ -174,8 +174,8 @@ def test_korquad_budgets_at_128_and_384_give_the_steps_their_settings_say(model_
     s128, w128, _ = run("a", epochs=1, **short)
     s384, w384, _ = run("b", epochs=1)
     assert w128 > w384 and s128 == math.ceil(w128 / 8) > s384 == math.ceil(w384 / 8)
-    matched, _, r = run("c", epochs=1, epoch_window="128/32/40")
-    assert matched == s128 and r["training"]["budget"] == {"epochs": 1, "epoch_window": "128/32/40", "windows_per_epoch": w128, "max_steps": s128}
+    matched, _, r = run("c", epochs=2, epoch_window="128/32/40")
+    assert matched == 2 * s128 and r["training"]["budget"] == {"epochs": 2, "epoch_window": "128/32/40", "windows_per_epoch": w128, "max_steps": 2 * s128}
     assert run("d", epochs=0, max_steps=3)[0] == run("e", epochs=0, max_steps=3, **short)[0] == 3
     with pytest.raises(InputError, match="--epoch-window"):
         run("f", epochs=1, epoch_window="128x32")

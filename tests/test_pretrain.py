@@ -623,8 +623,8 @@ def test_long_phase_switches_at_the_planned_step_trains_the_positions_and_resume
     """--long-shards (256 tokens) with --long-phase 0.3 of 10 steps: steps 0-6 equal a run without it,
     steps 7-9 read rows of 256 tokens with the same tokens per step, positions 128..255 move away from
     their initialization (without the phase they only shrink by weight decay), final/manifest.json says
-    256; a run killed inside the long phase resumes exactly (killed before the switch, at it and after it, with the
-    long phase's own schedule and copied positions: tests/test_long_positions.py)."""
+    256; a run SIGKILLed inside the long phase resumes exactly (runs stopped before the switch, at it and after it,
+    under the long phase's own schedule: tests/test_long_positions.py)."""
     from safetensors.torch import load_file
 
     from korbert.model import KorBertForPreTraining
@@ -653,14 +653,14 @@ def test_long_phase_switches_at_the_planned_step_trains_the_positions_and_resume
     moved = {r: (load_file(str(tmp_path / r / "final" / "model.safetensors"))[key][128:256] - init[128:256]).abs().mean().item() for r in ("short", "whole")}
     assert moved["whole"] > 10 * moved["short"], moved
 
-    for kill in ("9",):  # inside the long phase (checkpoint at 8), by SIGKILL
-        broken = cfg(shards_dir, tmp_path / f"broken{kill}", long_shards=str(long_shards_dir), long_phase=0.3, **common)
-        p = _run_cli(_args(broken), kill_at=int(kill))
-        assert p.returncode == -9, p.stderr[-2000:]
-        main(broken)
-        assert losses(tmp_path / f"broken{kill}") == losses(tmp_path / "whole"), kill
-        a, b = weights(tmp_path / "whole"), weights(tmp_path / f"broken{kill}")
-        assert all(torch.equal(a[k], b[k]) for k in a), (kill, max(float((a[k] - b[k]).abs().max()) for k in a), [k for k in a if not torch.equal(a[k], b[k])][:5])
+    # SIGKILLed inside the long phase (checkpoint at 8), resumed
+    broken = cfg(shards_dir, tmp_path / "broken", long_shards=str(long_shards_dir), long_phase=0.3, **common)
+    p = _run_cli(_args(broken), kill_at=9)
+    assert p.returncode == -9, p.stderr[-2000:]
+    main(broken)
+    assert losses(tmp_path / "broken") == losses(tmp_path / "whole")
+    a, b = weights(tmp_path / "whole"), weights(tmp_path / "broken")
+    assert all(torch.equal(a[k], b[k]) for k in a), (max(float((a[k] - b[k]).abs().max()) for k in a), [k for k in a if not torch.equal(a[k], b[k])][:5])
 
 
 def test_long_phase_under_a_row_budget_keeps_the_real_tokens_per_step(shards_dir, long_shards_dir, tmp_path):
