@@ -12,7 +12,8 @@ run alone:
 
 (P: --precision, default auto as the preset: bf16 on a CPU with bf16 instructions). An arm after the
 first starts from a copy of the `before` arm's vocabulary (the recipe rebuilds it if its inputs or
-settings differ), so the arms share their tokenizer and the position texts chosen with it.
+settings differ), so the arms share their tokenizer and the position texts chosen with it; it reads the
+before arm's shards, those its settings leave as they were (reused_shards), instead of building them again.
 
 then, on the model it pretrained and on its control (same architecture, random initialization):
 KorQuAD in 128-token windows (stride 32, query 40: the preset's) and in 384-token windows (stride 128,
@@ -79,6 +80,20 @@ def recipe_command(args, run: Path, sets: list[str]) -> list[str]:
             f"korquad.seed={args.seeds[0]}", *(SMOKE if args.smoke else [])]
     return [sys.executable, "-m", "korbert.cli", "run", "--preset", preset, "--out", str(run), *(["--data", args.data] if args.data else []),
             *(["--workers", str(args.workers)] if args.workers else []), "--set", *base, *sets]
+
+
+def reused_shards(work: Path, arm: str, sets: list[str]) -> list[str]:
+    """--set items by which an arm after `before` reads the before arm's shards instead of building the same
+    again (a quarter of an hour each on 2 cores): the 128-token ones unless the arm sets shards.*, the long ones
+    too unless it sets shards_long.*. Same folder, same tokenizer path: the recipe finds them up to date, and
+    replace=false makes any difference an error instead of a rebuild of the before arm's folder."""
+    b = arm_paths(work, "before")
+    if arm == "before" or not (b / "shards" / "manifest.json").is_file() or any(s.startswith("shards.") for s in sets):
+        return []
+    out = [f"shards.out={b / 'shards'}", f"shards.tokenizer={b / 'vocab'}", "shards.replace=false", f"pretrain.shards={b / 'shards'}"]
+    if (b / "shards-long" / "manifest.json").is_file() and not any(s.startswith("shards_long.") for s in sets):
+        out.append(f"shards_long.out={b / 'shards-long'}")
+    return out
 
 
 def eval_configs(run: Path, seed: int) -> dict:
@@ -156,7 +171,7 @@ def arm(args) -> dict:
     work = Path(args.work)
     run = arm_paths(work, args.arm)
     sets = (args.after_set if args.arm == "after" else []) + args.set
-    cmd = recipe_command(args, run, sets)
+    cmd = recipe_command(args, run, sets + reused_shards(work, args.arm, sets))
     first = arm_paths(work, "before") / "vocab"
     preprocess = [*cmd[:cmd.index("--set")], "--preprocess-only", *cmd[cmd.index("--set"):]]
     shared = args.arm != "before" and (first / "manifest.json").is_file()
