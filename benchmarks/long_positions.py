@@ -82,17 +82,35 @@ def recipe_command(args, run: Path, sets: list[str]) -> list[str]:
             *(["--workers", str(args.workers)] if args.workers else []), "--set", *base, *sets]
 
 
-def reused_shards(work: Path, arm: str, sets: list[str]) -> list[str]:
+def reused_shards(work: Path, arm: str, sets: list[str], run: Path) -> list[str]:
     """--set items by which an arm after `before` reads the before arm's shards instead of building the same
     again (a quarter of an hour each on 2 cores): the 128-token ones unless the arm sets shards.*, the long ones
-    too unless it sets shards_long.*. Same folder, same tokenizer path: the recipe finds them up to date, and
-    replace=false makes any difference an error instead of a rebuild of the before arm's folder."""
+    too unless it sets shards_long.*. The folder and tokenizer path are the strings the before arm's recipe
+    recorded, so the recipe finds them up to date; replace=false makes any difference an error instead of a
+    rebuild of the before arm's folder. An arm started before keeps the choice its recipe-config.json records
+    (the other choice is another run key: its pretraining would start over)."""
     b = arm_paths(work, "before")
-    if arm == "before" or not (b / "shards" / "manifest.json").is_file() or any(s.startswith("shards.") for s in sets):
+    if arm == "before" or any(s.startswith("shards.") for s in sets) or not (ROOT / b / "recipe-config.json").is_file():
         return []
-    out = [f"shards.out={b / 'shards'}", f"shards.tokenizer={b / 'vocab'}", "shards.replace=false", f"pretrain.shards={b / 'shards'}"]
-    if (b / "shards-long" / "manifest.json").is_file() and not any(s.startswith("shards_long.") for s in sets):
-        out.append(f"shards_long.out={b / 'shards-long'}")
+    before = json.loads((ROOT / b / "recipe-config.json").read_text(encoding="utf-8"))
+    mine = json.loads((ROOT / run / "recipe-config.json").read_text(encoding="utf-8")) if (ROOT / run / "recipe-config.json").is_file() else None
+    if mine is not None:
+        short = mine["shards"]["out"] == before["shards"]["out"]
+        long_ = short and "shards_long" in mine and mine["shards_long"]["out"] == before.get("shards_long", {}).get("out")
+    else:
+        short = (ROOT / before["shards"]["out"] / "manifest.json").is_file()
+        long_ = short and "shards_long" in before and (ROOT / before["shards_long"]["out"] / "manifest.json").is_file() \
+            and not any(s.startswith("shards_long.") for s in sets)
+    if not short:
+        return []
+    if not (ROOT / before["shards"]["out"] / "manifest.json").is_file():
+        raise SystemExit(f"{run} reads {before['shards']['out']}, which holds no finished shards now: restore the before arm's shards")
+    out = [f"shards.out={before['shards']['out']}", f"shards.tokenizer={before['shards']['tokenizer']}", "shards.replace=false",
+           f"pretrain.shards={before['shards']['out']}"]
+    if long_:
+        out.append(f"shards_long.out={before['shards_long']['out']}")
+    else:  # its own long shards: keyed on its own vocabulary folder, rebuilt when their settings change
+        out += [f"shards_long.tokenizer={run / 'vocab'}", "shards_long.replace=true"]
     return out
 
 
@@ -171,7 +189,7 @@ def arm(args) -> dict:
     work = Path(args.work)
     run = arm_paths(work, args.arm)
     sets = (args.after_set if args.arm == "after" else []) + args.set
-    cmd = recipe_command(args, run, sets + reused_shards(work, args.arm, sets))
+    cmd = recipe_command(args, run, sets + reused_shards(work, args.arm, sets, run))
     first = arm_paths(work, "before") / "vocab"
     preprocess = [*cmd[:cmd.index("--set")], "--preprocess-only", *cmd[cmd.index("--set"):]]
     shared = args.arm != "before" and (first / "manifest.json").is_file()

@@ -195,3 +195,38 @@ def test_korquad_results_cached_before_epoch_window_keep_their_key():
     old_key = hashlib.sha256(json.dumps([before, "up", _inputs_key(c)], sort_keys=True, default=str).encode()).hexdigest()
     assert eval_key(c, "up") == old_key
     assert eval_key(KorquadConfig(model="m", dev_file="", out="o", epoch_window="128/32/40"), "up") != old_key
+
+
+def test_arms_after_before_read_its_shards_and_keep_the_choice_they_started_with(tmp_path):
+    """benchmarks/long_positions.py: an arm reads the before arm's shards (the long ones too unless it sets
+    shards_long.*, none if it sets shards.*) by the strings before's recipe recorded; once its recipe recorded
+    a choice it keeps it (another is another run key); reading shards that are gone is refused."""
+    from conftest import load_benchmark
+
+    lp = load_benchmark("long_positions")
+    work = tmp_path / "lp"
+    before = work / "before"
+    for sub in ("shards", "shards-long"):
+        (before / sub).mkdir(parents=True)
+        (before / sub / "manifest.json").write_text("{}")
+    (before / "recipe-config.json").write_text(json.dumps({
+        "shards": {"out": str(before / "shards"), "tokenizer": str(before / "vocab")}, "shards_long": {"out": str(before / "shards-long")}}))
+    copy, docs = work / "copy", work / "docs"
+    got = lp.reused_shards(work, "copy", ["pretrain.long_init=copy"], copy)
+    assert got == [f"shards.out={before / 'shards'}", f"shards.tokenizer={before / 'vocab'}", "shards.replace=false",
+                   f"pretrain.shards={before / 'shards'}", f"shards_long.out={before / 'shards-long'}"]
+    assert lp.reused_shards(work, "docs", ["shards_long.min_chars=1000"], docs)[-2:] == [f"shards_long.tokenizer={docs / 'vocab'}", "shards_long.replace=true"]
+    assert lp.reused_shards(work, "x", ["shards.seed=3"], work / "x") == [] == lp.reused_shards(work, "before", [], before)
+    # an arm whose recipe recorded its own shards keeps them, even now that before's exist
+    own = work / "own"
+    own.mkdir()
+    (own / "recipe-config.json").write_text(json.dumps({"shards": {"out": str(own / "shards")}, "shards_long": {"out": str(own / "shards-long")}}))
+    assert lp.reused_shards(work, "own", [], own) == []
+    # one that recorded before's keeps reading them, and is refused once they are gone
+    copy.mkdir()
+    (copy / "recipe-config.json").write_text(json.dumps({"shards": {"out": str(before / "shards")}, "shards_long": {"out": str(before / "shards-long")}}))
+    assert lp.reused_shards(work, "copy", ["pretrain.long_init=copy"], copy) == got
+    (before / "shards" / "manifest.json").unlink()
+    with pytest.raises(SystemExit, match="holds no finished shards"):
+        lp.reused_shards(work, "copy", ["pretrain.long_init=copy"], copy)
+    assert lp.reused_shards(work, "new", [], work / "new") == []  # (a new arm builds its own)
