@@ -19,8 +19,8 @@ then, on the model it pretrained and on its control (same architecture, random i
 KorQuAD in 128-token windows (stride 32, query 40: the preset's) and in 384-token windows (stride 128,
 query 64) with --epoch-window 128/32/40 (the steps of the 128-token run: matched), and NSMC-R, once
 per seed (the recipe ran S1 at 128; the rest run here, cached like the recipe's evals, so a killed
-arm resumes); and the position measure (`korbert eval positions`) on held-out kowiki articles chosen
-once (`korbert eval positions-texts`, after the preset's first 8,000) and read by both arms.
+arm resumes); and, first of the evals and cached too, the position measure (`korbert eval positions`) on
+held-out kowiki articles chosen once (`korbert eval positions-texts`, after the preset's first 8,000) and read by both arms.
 
 The model is also fine-tuned at 384 by the preset's epochs alone (`korquad384_epochs`: fewer steps than at
 128), so the fine-tuning budget's share of the 384-token gap is read on the same model. Further arms, one
@@ -157,6 +157,9 @@ def run_evals(run: Path, seeds: list[int], force: bool) -> dict:
 def positions(args, run: Path, work: Path) -> tuple[dict, list[str]]:
     """The texts (chosen once, from the first arm's tokenizer) and the position measure of this arm's model."""
     from corpus_tools import SAMPLE_DATA
+    from corpus_tools import config as C
+    from corpus_tools.artifacts import sha256_file
+    from korbert.recipe import _cached, _folder_key, _key
     from evals.positions import PositionsConfig, TextsConfig, main, select_texts
     from korbert.folders import tokenizer_files_sha256
 
@@ -174,7 +177,10 @@ def positions(args, run: Path, work: Path) -> tuple[dict, list[str]]:
     if json.loads(marker.read_text())["tokenizer"] != tokenizer_files_sha256(vocab):
         raise SystemExit(f"{texts} was chosen with another tokenizer than {vocab}'s: the arms must share their vocabulary")
     pc = PositionsConfig(model=str(run / "pretrain" / "final"), texts=str(texts), out=str(run / "positions"), **({"min_per_bucket": 10} if args.smoke else {}))
-    r = main(pc)
+    # cached like the evals: keyed by its settings, the model folder and the texts' content
+    r, skipped = _cached(Path(pc.out), _key(C.to_dict(pc), _folder_key(pc.model), sha256_file(texts)), lambda: main(pc), args.force)
+    if skipped:
+        print(f"positions: up to date ({pc.out})", flush=True)
     return r, [command(tc, "positions-texts"), command(pc, "positions")]
 
 
@@ -219,11 +225,12 @@ def arm(args) -> dict:
         print("+", command(pc, "", tool="pretrain"), flush=True)
         pretrain(pc)
         ran, evals = [shlex.join(["korbert", *preprocess[3:]]), command(pc, "", tool="pretrain")], {}
+        pos, pos_cmds = positions(args, run, work)
     else:
         print("+", shlex.join(cmd), flush=True)
         subprocess.run(cmd, check=True, cwd=ROOT)
+        pos, pos_cmds = positions(args, run, work)  # (first: the arm's own figure, minutes, before hours of fine-tuning)
         ran, evals = [shlex.join(["korbert", *cmd[3:]])], run_evals(run, args.seeds, args.force)
-    pos, pos_cmds = positions(args, run, work)
     per = {"model": {}, "control": {}}
     for (name, seed), (r, _) in evals.items():
         side = "control" if name.endswith("_control") else "model"
