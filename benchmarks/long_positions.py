@@ -94,16 +94,17 @@ def reused_shards(work: Path, arm: str, sets: list[str], run: Path) -> list[str]
         return []
     before = json.loads((ROOT / b / "recipe-config.json").read_text(encoding="utf-8"))
     mine = json.loads((ROOT / run / "recipe-config.json").read_text(encoding="utf-8")) if (ROOT / run / "recipe-config.json").is_file() else None
+    finished = (ROOT / before["shards"]["out"] / "manifest.json").is_file()
     if mine is not None:
         short = mine["shards"]["out"] == before["shards"]["out"]
         long_ = short and "shards_long" in mine and mine["shards_long"]["out"] == before.get("shards_long", {}).get("out")
     else:
-        short = (ROOT / before["shards"]["out"] / "manifest.json").is_file()
+        short = finished
         long_ = short and "shards_long" in before and (ROOT / before["shards_long"]["out"] / "manifest.json").is_file() \
             and not any(s.startswith("shards_long.") for s in sets)
     if not short:
         return []
-    if not (ROOT / before["shards"]["out"] / "manifest.json").is_file():
+    if not finished:
         raise SystemExit(f"{run} reads {before['shards']['out']}, which holds no finished shards now: restore the before arm's shards")
     out = [f"shards.out={before['shards']['out']}", f"shards.tokenizer={before['shards']['tokenizer']}", "shards.replace=false",
            f"pretrain.shards={before['shards']['out']}"]
@@ -157,9 +158,7 @@ def run_evals(run: Path, seeds: list[int], force: bool) -> dict:
 def positions(args, run: Path, work: Path) -> tuple[dict, list[str]]:
     """The texts (chosen once, from the first arm's tokenizer) and the position measure of this arm's model."""
     from corpus_tools import SAMPLE_DATA
-    from corpus_tools import config as C
-    from corpus_tools.artifacts import sha256_file
-    from korbert.recipe import _cached, _folder_key, _key
+    from korbert.recipe import _cached, _folder_key, eval_key
     from evals.positions import PositionsConfig, TextsConfig, main, select_texts
     from korbert.folders import tokenizer_files_sha256
 
@@ -177,8 +176,8 @@ def positions(args, run: Path, work: Path) -> tuple[dict, list[str]]:
     if json.loads(marker.read_text())["tokenizer"] != tokenizer_files_sha256(vocab):
         raise SystemExit(f"{texts} was chosen with another tokenizer than {vocab}'s: the arms must share their vocabulary")
     pc = PositionsConfig(model=str(run / "pretrain" / "final"), texts=str(texts), out=str(run / "positions"), **({"min_per_bucket": 10} if args.smoke else {}))
-    # cached like the evals: keyed by its settings, the model folder and the texts' content
-    r, skipped = _cached(Path(pc.out), _key(C.to_dict(pc), _folder_key(pc.model), sha256_file(texts)), lambda: main(pc), args.force)
+    # cached like the evals, by their key: its settings, the model folder and the texts' content
+    r, skipped = _cached(Path(pc.out), eval_key(pc, _folder_key(pc.model)), lambda: main(pc), args.force)
     if skipped:
         print(f"positions: up to date ({pc.out})", flush=True)
     return r, [command(tc, "positions-texts"), command(pc, "positions")]
@@ -190,6 +189,7 @@ def summary(values: dict) -> dict:
 
 
 def arm(args) -> dict:
+    from korbert.folders import tokenizer_files_sha256
     from korbert.runtime import resolve_precision
 
     work = Path(args.work)
@@ -199,28 +199,22 @@ def arm(args) -> dict:
     first = arm_paths(work, "before") / "vocab"
     preprocess = [*cmd[:cmd.index("--set")], "--preprocess-only", *cmd[cmd.index("--set"):]]
     shared = args.arm != "before" and (first / "manifest.json").is_file()
-    if shared:
-        from korbert.folders import tokenizer_files_sha256
-
-        if not (run / "vocab").exists():
-            run.mkdir(parents=True, exist_ok=True)  # (a copy, never a link: a rebuild must not touch the before arm's)
-            shutil.rmtree(run / "vocab.partial", ignore_errors=True)  # (a copy a kill cut short)
-            shutil.copytree(first, run / "vocab.partial")
-            (run / "vocab.partial").rename(run / "vocab")
-            print(f"{run / 'vocab'}: copied from {first}", flush=True)
-        # the shared vocabulary, checked before hours of pretraining
+    if shared and not (run / "vocab").exists():
+        run.mkdir(parents=True, exist_ok=True)  # (a copy, never a link: a rebuild must not touch the before arm's)
+        shutil.rmtree(run / "vocab.partial", ignore_errors=True)  # (a copy a kill cut short)
+        shutil.copytree(first, run / "vocab.partial")
+        (run / "vocab.partial").rename(run / "vocab")
+        print(f"{run / 'vocab'}: copied from {first}", flush=True)
+    if shared or args.positions_only:  # (the vocabulary checked before hours of pretraining; --positions-only pretrains alone)
         print("+", shlex.join(preprocess), flush=True)
         subprocess.run(preprocess, check=True, cwd=ROOT)
-        if tokenizer_files_sha256(run / "vocab") != tokenizer_files_sha256(first):
-            raise SystemExit(f"{run / 'vocab'} is not {first}'s vocabulary (the recipe rebuilt it: other inputs or settings?); "
-                             "the arms must share it")
-    if args.positions_only:  # the recipe's preprocessing, then its pretraining stage alone (the recipe would fine-tune too)
+    if shared and tokenizer_files_sha256(run / "vocab") != tokenizer_files_sha256(first):
+        raise SystemExit(f"{run / 'vocab'} is not {first}'s vocabulary (the recipe rebuilt it: other inputs or settings?); "
+                         "the arms must share it")
+    if args.positions_only:  # the recipe's pretraining stage alone, after its preprocessing above (the recipe would fine-tune too)
         from korbert.pretrain import main as pretrain
         from korbert.pretrain_config import PretrainConfig
 
-        if not shared:  # (else just run, above)
-            print("+", shlex.join(preprocess), flush=True)
-            subprocess.run(preprocess, check=True, cwd=ROOT)
         pc = PretrainConfig(**json.loads((run / "recipe-config.json").read_text(encoding="utf-8"))["pretrain"])
         print("+", command(pc, "", tool="pretrain"), flush=True)
         pretrain(pc)

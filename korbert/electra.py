@@ -111,11 +111,9 @@ class KorElectraForPreTraining(torch.nn.Module):
         with torch.no_grad():
             mlm_correct = ((logits.argmax(-1) == mlm_labels) & m_valid).sum()
             d_correct = (((d_logits > 0).float() == labels) & scored).sum()
-        if self.training:
-            return PretrainingOutput(loss, mlm_sum.detach(), mlm_correct, m, d_sum.detach(), d_correct, n)
-        # (held out: the logits and labels too, for the AUC: korbert/heldout.py)
-        return PretrainingOutput(loss, mlm_sum.detach(), mlm_correct, m, d_sum.detach(), d_correct, n,
-                                 d_logits.detach(), torch.where(scored, labels, torch.full_like(labels, -1.0)))
+        # held out, the logits and labels too (the AUC: korbert/heldout.py); not every training step
+        auc_inputs = () if self.training else (d_logits.detach(), torch.where(scored, labels, torch.full_like(labels, -1.0)))
+        return PretrainingOutput(loss, mlm_sum.detach(), mlm_correct, m, d_sum.detach(), d_correct, n, *auc_inputs)
 
     def parameters_of(self, part: str) -> int:
         """The parameters of the discriminator or the generator as exported (the shared embeddings in each)."""
