@@ -30,7 +30,8 @@ pretrain.long_init=copy`, `--arm long-docs --set shards_long.min_chars=1000`; th
 --collect writes --result (default benchmarks/results/long-positions-cpu.json) with a `before` and an
 `after` object: mlm_acc_by_position / mlm_acc_128_reference and their token counts, korquad_f1_128,
 korquad_f1_384, korquad_f1_384_epochs and nsmc (means over the seeds), their per-seed values and ranges, the control's, the
-seeds and the commands. --smoke runs the whole path at a tiny scale on the embedded sample (the demo
+seeds, the commands and each arm's ratios (ratio_position_B: bucket B over its 128-token reference;
+ratio_korquad_f1_384_to_128), printed side by side. --smoke runs the whole path at a tiny scale on the embedded sample (the demo
 preset with a 512-token phase, a few steps, two seeds): a check of the script, not a measurement.
 """
 
@@ -178,6 +179,8 @@ def positions(args, run: Path, work: Path) -> tuple[dict, list[str]]:
     pc = PositionsConfig(model=str(run / "pretrain" / "final"), texts=str(texts), out=str(run / "positions"), **({"min_per_bucket": 10} if args.smoke else {}))
     # cached like the evals, by their key: its settings, the model folder and the texts' content
     r, skipped = _cached(Path(pc.out), eval_key(pc, _folder_key(pc.model)), lambda: main(pc), args.force)
+    if "gap_se" not in r:  # measured before the measure gave its standard error: the same figures again, with it
+        r, skipped = _cached(Path(pc.out), eval_key(pc, _folder_key(pc.model)), lambda: main(pc), True)
     if skipped:
         print(f"positions: up to date ({pc.out})", flush=True)
     return r, [command(tc, "positions-texts"), command(pc, "positions")]
@@ -186,6 +189,15 @@ def positions(args, run: Path, work: Path) -> tuple[dict, list[str]]:
 def summary(values: dict) -> dict:
     vals = list(values.values())
     return {"mean": round(sum(vals) / len(vals), 2), "range": [min(vals), max(vals)], "seeds": values}
+
+
+def ratios(r: dict) -> dict:
+    """An arm's ratios: each position bucket in 512-token windows over its 128-token reference (>= 1:
+    the positions work), and KorQuAD F1 at 384 over 128 with matched steps (>= 1: the window holds)."""
+    out = {f"ratio_position_{b}": round(a / r["mlm_acc_128_reference"][b], 4) for b, a in r["mlm_acc_by_position"].items()}
+    if r.get("korquad_f1_128") and "korquad_f1_384" in r:
+        out["ratio_korquad_f1_384_to_128"] = round(r["korquad_f1_384"] / r["korquad_f1_128"], 4)
+    return out
 
 
 def arm(args) -> dict:
@@ -239,7 +251,7 @@ def arm(args) -> dict:
     pm = json.loads((run / "pretrain" / "final" / "manifest.json").read_text(encoding="utf-8"))
     out = {
         "mlm_acc_by_position": pos["mlm_acc_by_position"], "mlm_acc_128_reference": pos["mlm_acc_128_reference"],
-        "masked_tokens": pos["masked_tokens"], "position_windows": pos["windows"], "texts": {k: pos["texts"][k] for k in ("path", "sha256", "documents")},
+        "gap_se": pos.get("gap_se"), "masked_tokens": pos["masked_tokens"], "position_windows": pos["windows"], "texts": {k: pos["texts"][k] for k in ("path", "sha256", "documents")},
         **{k: summary(v)["mean"] for k, v in per["model"].items() if not k.startswith("korquad_steps")},
         **({} if args.positions_only else {"per_seed": {k: summary(v) for k, v in per["model"].items()},
                                            "control": {k: summary(v) for k, v in per["control"].items()}, "seeds": args.seeds}),
@@ -265,9 +277,16 @@ def collect(args) -> dict:
     result = {
         "about": "issue 58: positions past 128 and KorQuAD at 384 vs 128 (matched steps), before and after (each arm's settings: "
                  "`settings`); benchmarks/long_positions.py",
-        "preset": "demo (smoke)" if args.smoke else "cpu", "steps": args.steps, **arms,
-        **({"decomposition": others} if others else {}), "machine": machine(), "versions": versions(),
+        "preset": "demo (smoke)" if args.smoke else "cpu", "steps": args.steps,
+        **{a: {**r, **ratios(r)} for a, r in arms.items()},
+        **({"decomposition": {a: {**r, **ratios(r)} for a, r in others.items()}} if others else {}),
+        "machine": machine(), "versions": versions(),
     }
+    rows = {a: r for a, r in {**arms, **others}.items()}
+    keys = [k for k in ratios(arms["before"]) if all(k in ratios(r) for r in rows.values())]
+    print("arm".ljust(12) + "".join(k.removeprefix("ratio_").rjust(26) for k in keys))
+    for a, r in rows.items():
+        print(a.ljust(12) + "".join(f"{ratios(r)[k]:26.4f}" for k in keys))
     atomic_write_json(args.result, result)
     print(f"-> {args.result}")
     return result

@@ -390,7 +390,8 @@ def korquad(root, mf, path: str, examples: list, max_len: int, stride: int, max_
             contexts.setdefault(e.context, len(contexts))
 
         def tok_contexts(batch):
-            enc = tok(batch["context"], add_special_tokens=False, return_offsets_mapping=True)
+            # (whole contexts, cut into windows below: transformers' "longer than the maximum" notice does not apply)
+            enc = tok(batch["context"], add_special_tokens=False, return_offsets_mapping=True, verbose=False)
             return {"ids": enc["input_ids"], "offsets": [[list(o) for o in offs] for offs in enc["offset_mapping"]]}
 
         cds = _map({"context": list(contexts)}, tok_contexts, folder, "contexts.arrow", key, "features: contexts", 64)

@@ -24,7 +24,8 @@ first block holds nearly the same positions in both: all but its last token (lon
 first of the second short window).
 
 Writes --out/results.json: mlm_acc_by_position and mlm_acc_128_reference (accuracy per bucket),
-masked_tokens per bucket, the windows and texts (file sha256, ids), the seed, the model folder.
+their gap and its paired standard error (gap_se: over the same tokens, from those right in one of the
+two alone, right_in_one_only), masked_tokens per bucket, the windows and texts (file sha256, ids), the seed, the model folder.
 """
 
 from __future__ import annotations
@@ -132,6 +133,7 @@ def score(model, docs: list[list[int]], sp: Specials, seed: int = 0, prob: float
             targets.append((c[:scored], m))
     L = len(long_rows)
     correct = {"long": np.zeros(len(names), np.int64), "short": np.zeros(len(names), np.int64)}
+    only = {"long": np.zeros(len(names), np.int64), "short": np.zeros(len(names), np.int64)}  # right in one of the two alone
     count = np.zeros(len(names), np.int64)
     bucket_of = (np.arange(scored) + 1) // short_len  # content token j sits at long position j + 1
     for b in range(len(names)):
@@ -153,11 +155,18 @@ def score(model, docs: list[list[int]], sp: Specials, seed: int = 0, prob: float
         # both predictions list the masked tokens in content order, window by window
         truth = np.concatenate([targets[r][0][targets[r][1]] for r in part])
         where = np.concatenate([bucket_of[targets[r][1]] for r in part])
-        for key, pred in (("long", pred_long), ("short", pred_short)):
-            np.add.at(correct[key], where, (pred == truth).astype(np.int64))
+        right = {"long": pred_long == truth, "short": pred_short == truth}
+        for key, other in (("long", "short"), ("short", "long")):
+            np.add.at(correct[key], where, right[key].astype(np.int64))
+            np.add.at(only[key], where, (right[key] & ~right[other]).astype(np.int64))
     acc = {k: {n: round(float(v[b] / count[b]), 5) if count[b] else None for b, n in enumerate(names)} for k, v in correct.items()}
+    # the gap (long - reference) is a mean over the same tokens of d in {-1, 0, 1}: its standard error, paired
+    n = np.maximum(count, 1)
+    gap = (only["long"] - only["short"]) / n
+    se = np.sqrt(np.maximum((only["long"] + only["short"]) / n - gap**2, 0) / n)
     return {"mlm_acc_by_position": acc["long"], "mlm_acc_128_reference": acc["short"], "masked_tokens": dict(zip(names, count.tolist())),
-            "windows": L}
+            "windows": L, "gap_se": {nm: round(float(se[b]), 5) for b, nm in enumerate(names)},
+            "right_in_one_only": {k: dict(zip(names, v.tolist())) for k, v in only.items()}}
 
 
 def _read_jsonl(path: str):
@@ -308,9 +317,10 @@ def main(cfg: PositionsConfig) -> dict:
         "device": device, "seconds": round(time.time() - t0, 2), "config": C.to_dict(cfg),
     }, [])
     print(f"positions [{Path(cfg.model).name}]: {windows} windows of {cfg.long_len} tokens from {len(docs)} texts, seed {cfg.seed}")
-    print(f"{'bucket':>8} {'in ' + str(cfg.long_len):>8} {'in ' + str(cfg.short_len):>8} {'masked':>8}")
+    print(f"{'bucket':>8} {'in ' + str(cfg.long_len):>8} {'in ' + str(cfg.short_len):>8} {'gap':>8} {'(s.e.)':>8} {'masked':>8}")
     for b in names:
-        print(f"{b:>8} {r['mlm_acc_by_position'][b]:8.4f} {r['mlm_acc_128_reference'][b]:8.4f} {r['masked_tokens'][b]:8,}")
+        print(f"{b:>8} {r['mlm_acc_by_position'][b]:8.4f} {r['mlm_acc_128_reference'][b]:8.4f} {results['gap'][b]:+8.4f} "
+              f"{r['gap_se'][b]:8.4f} {r['masked_tokens'][b]:8,}")
     return results
 
 

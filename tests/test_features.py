@@ -56,6 +56,40 @@ def test_cached_windows_equal_the_tokenizers_own_overflow(which, model_dir, bert
     assert any(r["start_positions"] > 0 for r in rows)
 
 
+def test_contexts_longer_than_the_model_are_windowed_without_transformers_length_warning(model_dir, tmp_path):
+    """A context is tokenized whole, then cut into windows: transformers' "longer than the specified
+    maximum sequence length ... indexing errors" notice does not apply and is not logged."""
+    import logging
+    from dataclasses import replace
+
+    import transformers
+
+    from korbert.folders import open_folder
+
+    class Keep(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    mf = open_folder(str(model_dir))  # a fresh tokenizer: transformers logs that notice once per instance
+    ex = squad_examples(read_squad(DEV), DEV)[0]
+    long = replace(ex, context=ex.context + " " + " ".join([ex.context] * 40))
+    keep, root = Keep(), transformers.logging.get_logger("transformers")
+    root.addHandler(keep)
+    try:
+        got = F.korquad(tmp_path, mf, str(DEV), [long], max_len=128, stride=32, max_query_len=24)
+        n = len(mf.tokenizer()(long.context, add_special_tokens=False, verbose=False)["input_ids"])
+        assert n > mf.tokenizer().model_max_length and len(got) > n // 128  # windowed
+        assert not [m for m in keep.messages if "sequence length is longer" in m]
+        mf.tokenizer()(long.context)  # (what the handler sees when the notice is logged)
+        assert [m for m in keep.messages if "sequence length is longer" in m]
+    finally:
+        root.removeHandler(keep)
+
+
 def test_nsmc_features_equal_the_tokenizer_and_are_reused_by_model_and_control(model_dir, tmp_path, one_thread):
     from korbert.folders import open_folder
 

@@ -230,3 +230,32 @@ def test_arms_after_before_read_its_shards_and_keep_the_choice_they_started_with
     with pytest.raises(SystemExit, match="holds no finished shards"):
         lp.reused_shards(work, "copy", ["pretrain.long_init=copy"], copy)
     assert lp.reused_shards(work, "new", [], work / "new") == []  # (a new arm builds its own)
+
+
+def test_collect_writes_both_arms_with_their_ratios_and_refuses_mixed_precisions(tmp_path):
+    """benchmarks/long_positions.py --collect: before, after and the decomposition's arms in one file, each
+    with its ratios (bucket over its 128-token reference; KorQuAD F1 384 over 128), from the arms' files."""
+    from conftest import load_benchmark
+
+    lp = load_benchmark("long_positions")
+    work = tmp_path / "lp"
+    buckets = ("0-127", "128-255", "256-383", "384-511")
+
+    def write(name, acc, f1=None, precision="bf16"):
+        r = {"mlm_acc_by_position": dict(zip(buckets, acc)), "mlm_acc_128_reference": dict.fromkeys(buckets, 0.25),
+             "precision": precision, **(f1 or {})}
+        (work / name).mkdir(parents=True, exist_ok=True)
+        (work / name / "long-positions-arm.json").write_text(json.dumps(r))
+
+    write("before", [0.25, 0.125, 0.125, 0.1], {"korquad_f1_128": 12.0, "korquad_f1_384": 9.0})
+    write("after", [0.25, 0.3, 0.25, 0.25], {"korquad_f1_128": 12.0, "korquad_f1_384": 13.2})
+    write("copy", [0.25, 0.2, 0.2, 0.2])
+    out = tmp_path / "result.json"
+    lp.main(["--collect", "--work", str(work), "--result", str(out)])
+    got = json.loads(out.read_text())
+    assert got["before"]["ratio_position_384-511"] == 0.4 and got["before"]["ratio_korquad_f1_384_to_128"] == 0.75
+    assert got["after"]["ratio_position_128-255"] == 1.2 and got["after"]["ratio_korquad_f1_384_to_128"] == 1.1
+    assert got["decomposition"]["copy"]["ratio_position_256-383"] == 0.8 and "ratio_korquad_f1_384_to_128" not in got["decomposition"]["copy"]
+    write("copy", [0.25, 0.2, 0.2, 0.2], precision="fp32")
+    with pytest.raises(SystemExit, match="other precisions"):
+        lp.main(["--collect", "--work", str(work), "--result", str(out)])

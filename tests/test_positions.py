@@ -64,6 +64,21 @@ def test_a_model_whose_positions_past_128_are_zeroed_scores_lower_there_than_its
     assert other["masked_tokens"] != n  # the masks come from the seed
 
 
+def test_the_gap_s_standard_error_is_paired_over_the_same_tokens():
+    """Positions 320.. zeroed: bucket 256-383 is right in the reference everywhere and in the long window
+    only before 320, so its gap is -p (p: its masked share past 319) with s.e. sqrt(p(1 - p)/n); a bucket
+    all right or all wrong in both has no spread (s.e. 0)."""
+    r = score(hand_made(zero_past=320), docs(), SP, seed=1, batch_size=4)
+    n, only, se = r["masked_tokens"], r["right_in_one_only"], r["gap_se"]
+    assert all(only["long"][b] == 0 for b in BUCKETS)
+    assert only["short"]["0-127"] == only["short"]["128-255"] == 0 and only["short"]["384-511"] == n["384-511"]
+    p = only["short"]["256-383"] / n["256-383"]
+    assert 0.3 < p < 0.7  # positions 320-383 of 256-383
+    assert r["mlm_acc_by_position"]["256-383"] == pytest.approx(1 - p, abs=1e-5)
+    assert se["256-383"] == pytest.approx((p * (1 - p) / n["256-383"]) ** 0.5, abs=1e-5) and se["256-383"] > 0.01
+    assert se["0-127"] == se["128-255"] == se["384-511"] == 0.0
+
+
 def test_eval_positions_end_to_end_on_real_texts(model_dir, tmp_path, one_thread):
     """The CLI's path: texts chosen from a corpus file (documents of >= 512 tokens, recorded by id and sha256),
     scored with a real tokenizer and model folder; too few masked tokens per bucket is refused before scoring."""
