@@ -194,7 +194,8 @@ def summary(values: dict) -> dict:
 def ratios(r: dict) -> dict:
     """An arm's ratios: each position bucket in 512-token windows over its 128-token reference (>= 1:
     the positions work), and KorQuAD F1 at 384 over 128 with matched steps (>= 1: the window holds)."""
-    out = {f"ratio_position_{b}": round(a / r["mlm_acc_128_reference"][b], 4) for b, a in r["mlm_acc_by_position"].items()}
+    ref = r["mlm_acc_128_reference"]
+    out = {f"ratio_position_{b}": round(a / ref[b], 4) if a is not None and ref.get(b) else None for b, a in r["mlm_acc_by_position"].items()}
     if r.get("korquad_f1_128") and "korquad_f1_384" in r:
         out["ratio_korquad_f1_384_to_128"] = round(r["korquad_f1_384"] / r["korquad_f1_128"], 4)
     return out
@@ -283,10 +284,11 @@ def collect(args) -> dict:
         "machine": machine(), "versions": versions(),
     }
     rows = {a: r for a, r in {**arms, **others}.items()}
-    keys = [k for k in ratios(arms["before"]) if all(k in ratios(r) for r in rows.values())]
+    keys = list(dict.fromkeys(k for r in rows.values() for k in ratios(r)))
     print("arm".ljust(12) + "".join(k.removeprefix("ratio_").rjust(26) for k in keys))
     for a, r in rows.items():
-        print(a.ljust(12) + "".join(f"{ratios(r)[k]:26.4f}" for k in keys))
+        got = ratios(r)
+        print(a.ljust(12) + "".join(f"{got[k]:26.4f}" if got.get(k) is not None else "-".rjust(26) for k in keys))
     atomic_write_json(args.result, result)
     print(f"-> {args.result}")
     return result

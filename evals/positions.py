@@ -165,7 +165,7 @@ def score(model, docs: list[list[int]], sp: Specials, seed: int = 0, prob: float
     gap = (only["long"] - only["short"]) / n
     se = np.sqrt(np.maximum((only["long"] + only["short"]) / n - gap**2, 0) / n)
     return {"mlm_acc_by_position": acc["long"], "mlm_acc_128_reference": acc["short"], "masked_tokens": dict(zip(names, count.tolist())),
-            "windows": L, "gap_se": {nm: round(float(se[b]), 5) for b, nm in enumerate(names)},
+            "windows": L, "gap_se": {nm: round(float(se[b]), 5) if count[b] else None for b, nm in enumerate(names)},
             "right_in_one_only": {k: dict(zip(names, v.tolist())) for k, v in only.items()}}
 
 

@@ -241,8 +241,8 @@ def test_collect_writes_both_arms_with_their_ratios_and_refuses_mixed_precisions
     work = tmp_path / "lp"
     buckets = ("0-127", "128-255", "256-383", "384-511")
 
-    def write(name, acc, f1=None, precision="bf16"):
-        r = {"mlm_acc_by_position": dict(zip(buckets, acc)), "mlm_acc_128_reference": dict.fromkeys(buckets, 0.25),
+    def write(name, acc, f1=None, precision="bf16", ref=0.25):
+        r = {"mlm_acc_by_position": dict(zip(buckets, acc)), "mlm_acc_128_reference": dict.fromkeys(buckets, ref),
              "precision": precision, **(f1 or {})}
         (work / name).mkdir(parents=True, exist_ok=True)
         (work / name / "long-positions-arm.json").write_text(json.dumps(r))
@@ -250,9 +250,11 @@ def test_collect_writes_both_arms_with_their_ratios_and_refuses_mixed_precisions
     write("before", [0.25, 0.125, 0.125, 0.1], {"korquad_f1_128": 12.0, "korquad_f1_384": 9.0})
     write("after", [0.25, 0.3, 0.25, 0.25], {"korquad_f1_128": 12.0, "korquad_f1_384": 13.2})
     write("copy", [0.25, 0.2, 0.2, 0.2])
+    write("empty", [0.0, 0.0, 0.0, None], ref=0.0)  # (a tiny smoke model: nothing right in the reference)
     out = tmp_path / "result.json"
     lp.main(["--collect", "--work", str(work), "--result", str(out)])
     got = json.loads(out.read_text())
+    assert set(got["decomposition"]["empty"][k] for k in got["decomposition"]["empty"] if k.startswith("ratio_")) == {None}  # no reference: no ratio
     assert got["before"]["ratio_position_384-511"] == 0.4 and got["before"]["ratio_korquad_f1_384_to_128"] == 0.75
     assert got["after"]["ratio_position_128-255"] == 1.2 and got["after"]["ratio_korquad_f1_384_to_128"] == 1.1
     assert got["decomposition"]["copy"]["ratio_position_256-383"] == 0.8 and "ratio_korquad_f1_384_to_128" not in got["decomposition"]["copy"]

@@ -77,6 +77,16 @@ def test_the_gap_s_standard_error_is_paired_over_the_same_tokens():
     assert r["mlm_acc_by_position"]["256-383"] == pytest.approx(1 - p, abs=1e-5)
     assert se["256-383"] == pytest.approx((p * (1 - p) / n["256-383"]) ** 0.5, abs=1e-5) and se["256-383"] > 0.01
     assert se["0-127"] == se["128-255"] == se["384-511"] == 0.0
+    # paired, not two samples: rows 64-95 zeroed make both scorings miss the same tokens of 0-127 (no gap, no
+    # spread; two independent samples' s.e. would be > 0), and the reference alone miss those at short position 64-95
+    # of the other buckets
+    m = hand_made()
+    with torch.no_grad():
+        m.bert.embeddings.position_embeddings.weight[64:96] = 0.0
+    r = score(m, docs(), SP, seed=1, batch_size=4)
+    acc, ref = r["mlm_acc_by_position"], r["mlm_acc_128_reference"]
+    assert 0.6 < acc["0-127"] == ref["0-127"] < 0.9 and r["gap_se"]["0-127"] == 0.0
+    assert all(acc[b] == 1.0 and 0.6 < ref[b] < 0.9 and r["gap_se"][b] > 0.005 for b in ("128-255", "256-383", "384-511"))
 
 
 def test_eval_positions_end_to_end_on_real_texts(model_dir, tmp_path, one_thread):
