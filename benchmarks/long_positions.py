@@ -179,8 +179,6 @@ def positions(args, run: Path, work: Path) -> tuple[dict, list[str]]:
     pc = PositionsConfig(model=str(run / "pretrain" / "final"), texts=str(texts), out=str(run / "positions"), **({"min_per_bucket": 10} if args.smoke else {}))
     # cached like the evals, by their key: its settings, the model folder and the texts' content
     r, skipped = _cached(Path(pc.out), eval_key(pc, _folder_key(pc.model)), lambda: main(pc), args.force)
-    if "gap_se" not in r:  # measured before the measure gave its standard error: the same figures again, with it
-        r, skipped = _cached(Path(pc.out), eval_key(pc, _folder_key(pc.model)), lambda: main(pc), True)
     if skipped:
         print(f"positions: up to date ({pc.out})", flush=True)
     return r, [command(tc, "positions-texts"), command(pc, "positions")]
@@ -231,13 +229,13 @@ def arm(args) -> dict:
         pc = PretrainConfig(**json.loads((run / "recipe-config.json").read_text(encoding="utf-8"))["pretrain"])
         print("+", command(pc, "", tool="pretrain"), flush=True)
         pretrain(pc)
-        ran, evals = [shlex.join(["korbert", *preprocess[3:]]), command(pc, "", tool="pretrain")], {}
-        pos, pos_cmds = positions(args, run, work)
+        ran = [shlex.join(["korbert", *preprocess[3:]]), command(pc, "", tool="pretrain")]
     else:
         print("+", shlex.join(cmd), flush=True)
         subprocess.run(cmd, check=True, cwd=ROOT)
-        pos, pos_cmds = positions(args, run, work)  # (first: the arm's own figure, minutes, before hours of fine-tuning)
-        ran, evals = [shlex.join(["korbert", *cmd[3:]])], run_evals(run, args.seeds, args.force)
+        ran = [shlex.join(["korbert", *cmd[3:]])]
+    pos, pos_cmds = positions(args, run, work)  # (first: the arm's own figure, minutes, before hours of fine-tuning)
+    evals = {} if args.positions_only else run_evals(run, args.seeds, args.force)
     per = {"model": {}, "control": {}}
     for (name, seed), (r, _) in evals.items():
         side = "control" if name.endswith("_control") else "model"
@@ -275,19 +273,18 @@ def collect(args) -> dict:
     precisions = {a: r.get("precision") for a, r in {**arms, **others}.items()}
     if len(set(precisions.values())) > 1:
         raise SystemExit(f"the arms pretrained in other precisions ({precisions}): run them with the same --precision on the same kind of CPU")
+    rat = {a: ratios(r) for a, r in {**arms, **others}.items()}
     result = {
         "about": "issue 58: positions past 128 and KorQuAD at 384 vs 128 (matched steps), before and after (each arm's settings: "
                  "`settings`); benchmarks/long_positions.py",
         "preset": "demo (smoke)" if args.smoke else "cpu", "steps": args.steps,
-        **{a: {**r, **ratios(r)} for a, r in arms.items()},
-        **({"decomposition": {a: {**r, **ratios(r)} for a, r in others.items()}} if others else {}),
+        **{a: {**r, **rat[a]} for a, r in arms.items()},
+        **({"decomposition": {a: {**r, **rat[a]} for a, r in others.items()}} if others else {}),
         "machine": machine(), "versions": versions(),
     }
-    rows = {a: r for a, r in {**arms, **others}.items()}
-    keys = list(dict.fromkeys(k for r in rows.values() for k in ratios(r)))
+    keys = list(dict.fromkeys(k for got in rat.values() for k in got))
     print("arm".ljust(12) + "".join(k.removeprefix("ratio_").rjust(26) for k in keys))
-    for a, r in rows.items():
-        got = ratios(r)
+    for a, got in rat.items():
         print(a.ljust(12) + "".join(f"{got[k]:26.4f}" if got.get(k) is not None else "-".rjust(26) for k in keys))
     atomic_write_json(args.result, result)
     print(f"-> {args.result}")
