@@ -27,6 +27,9 @@ The model is also fine-tuned at 384 by the preset's epochs alone (`korquad384_ep
 candidate each, with --positions-only (pretraining and the position measure, no fine-tuning):
 `--arm schedule --set pretrain.long_schedule=own pretrain.long_warmup=0.1`, `--arm copy --set
 pretrain.long_init=copy`, `--arm long-docs --set shards_long.min_chars=1000`; they go under `decomposition`.
+An arm that differs from a pretrained one only in the long phase's settings starts from that run's switch
+(`--set pretrain.fork_from=WORK/ARM/pretrain`: korbert/fork.py checks the run key), so it pretrains the
+long phase alone: the same weights and losses as the whole run.
 --collect writes --result (default benchmarks/results/long-positions-cpu.json) with a `before` and an
 `after` object: mlm_acc_by_position / mlm_acc_128_reference and their token counts, korquad_f1_128,
 korquad_f1_384, korquad_f1_384_epochs and nsmc (means over the seeds), their per-seed values and ranges, the control's, the

@@ -30,6 +30,12 @@ FORMAT_VERSION = 1
 BUDGET = ("max_steps", "max_tokens", "max_minutes")
 
 
+# what does not change the weights trained so far: speed, bookkeeping, evaluation, and the budget
+# (a longer budget continues the run: the schedule is recomputed over the new budget from the step it reached)
+NOT_WEIGHTS = ("out", "device", "compile", "compile_mode", "fixed_shapes", "num_workers", "resume", "force", "replace", "log_every",
+               "save_every", "eval_every", "eval_instances", "license", "profile", "long_other_inputs", "attention", "fork_from", *BUDGET)
+
+
 def run_budget(cfg: PretrainConfig) -> dict:
     """The run's budget, recorded in final/'s manifest: final/ is up to date only for the budget it was made with."""
     return {k: getattr(cfg, k) for k in BUDGET}
@@ -39,11 +45,7 @@ def run_key(
     cfg: PretrainConfig, shards_key: str, tokenizer_hash: str, world: int, precision: str, cuda: bool, long_key: str = "", dynamic: bool = True,
     init_key: str = "",
 ) -> str:
-    # what does not change the weights trained so far: speed, bookkeeping, evaluation, and the budget
-    # (a longer budget continues the run: the schedule is recomputed over the new budget from the step it reached)
-    not_weights = ("out", "device", "compile", "compile_mode", "fixed_shapes", "num_workers", "resume", "force", "replace", "log_every",
-                   "save_every", "eval_every", "eval_instances", "license", "profile", "long_other_inputs", "attention", *BUDGET)
-    ident = {k: v for k, v in C.to_dict(cfg).items() if k not in not_weights}
+    ident = {k: v for k, v in C.to_dict(cfg).items() if k not in NOT_WEIGHTS}
     for f in dataclasses.fields(cfg):  # --warmup 500 on the command line is 500.0, 500 in a config file or a call: one run
         if f.type == "float" and f.name in ident:
             ident[f.name] = float(ident[f.name])

@@ -8,6 +8,8 @@ The out folder holds (written atomically):
     ckpt.pt        model, optimizer, step, tokens seen, seconds, each rank's RNG states: rerunning
                    the same command (`--resume`, the default) continues exactly where it stopped;
                    the data position is the steps taken in each phase
+    switch.pt      with --long-shards: the checkpoint at the switch to the long phase, kept: --fork-from
+                   starts another long phase there (korbert/fork.py)
     log.jsonl      one line per --log-every steps (loss, lr, tokens/s, MFU on GPU, data_wait: the share of
                    the interval spent waiting for the loader) + held-out evals
     config.json    the resolved run config
@@ -51,6 +53,7 @@ from korbert.checkpoint import (
     export, init_source, load_checkpoint, model_config, rng_state, run_budget, run_key, set_rng_state, truncate_log,
 )
 from korbert.distributed import AgreedClock, Dist, default_workers
+from korbert.fork import SWITCH, copy_log, fork_state
 from korbert.heldout import MODEL_INPUTS, evaluate
 from korbert.runtime import PROFILE_STEPS, compiled_graphs, oom_guard, peak_flops, resolve_precision, start_profile, write_profile
 from korbert.phases import Phase, build_phases, corpus_record, long_phase_record, long_shards_manifest, open_readers, tile_positions
@@ -87,7 +90,7 @@ class Trainer:
         self.dev = dev = dist.device
         self.cuda = dev.type == "cuda"
         self.out = out = Path(cfg.out)
-        self.final, self.ckpt_path, self.log_path = out / "final", out / "ckpt.pt", out / "log.jsonl"
+        self.final, self.ckpt_path, self.log_path, self.switch_path = out / "final", out / "ckpt.pt", out / "log.jsonl", out / SWITCH
         self.done_before: dict | None = None  # the final/ manifest when this run is already finished
 
         # -- the shards and their tokenizer
@@ -136,6 +139,9 @@ class Trainer:
 
         # -- resume or start
         state = load_checkpoint(cfg, out, key, lambda: self._key_with(compile=not cfg.compile), dist)
+        self.forked = state is None and bool(cfg.fork_from)  # --fork-from: another run's state before its long phase
+        if self.forked:
+            state = fork_state(cfg, self._key_of, self.precision, dist.world)
         self.max_len = sm["config"]["max_seq_len"]
         self.long_len = self.long_manifest["config"]["max_seq_len"] if self.long_manifest else 0
         self.mcfg = mcfg = model_config(cfg, state, self.init, self.id_map is not None, len(tok), max(self.max_len, self.long_len))
@@ -163,12 +169,17 @@ class Trainer:
         self.long_start = where.get("long_start") if self.in_long and long_from is not None else None  # its share of the budget
         self.positions_copied = where.get("positions_copied", False)  # --long-init copy: done once per run
         if self.in_long and self.long_start is None:  # resumed at the switch: the long phase begins here
+            if dist.main and not self.forked and not self.switch_path.exists():  # (killed between that checkpoint and the switch's copy)
+                atomic_write_bytes(self.switch_path, self.ckpt_path.read_bytes())
             self._enter_long()
         if state is not None:
             if self.init is not None:
                 self.init["fresh"] = state["state"].get("init_fresh", [])
             set_rng_state(state["rng"][dist.rank], dev)
-            if dist.main:
+            if dist.main and self.forked:
+                copy_log(Path(cfg.fork_from if Path(cfg.fork_from).is_dir() else Path(cfg.fork_from).parent) / "log.jsonl", self.log_path, self.step_no)
+                print(f"forking {cfg.fork_from} at step {self.step_no} ({self.tokens} tokens)")
+            elif dist.main:
                 truncate_log(self.log_path, self.step_no)
                 print(f"resuming {self.ckpt_path} at step {self.step_no} ({self.tokens} tokens)")
         else:
@@ -207,10 +218,14 @@ class Trainer:
     # -- setup pieces
     def _key_with(self, **changes) -> str:
         """This run's key (korbert.checkpoint.run_key), or the key it would have with `changes` to its config."""
-        sm, cfg = self.shards_manifest, dataclasses.replace(self.cfg, **changes)
+        return self._key_of(dataclasses.replace(self.cfg, **changes))
+
+    def _key_of(self, cfg: PretrainConfig, long_key: str | None = None) -> str:
+        """The key of `cfg` run on this run's shards, starting weights and machine (`long_key`: its long shards' key; None: this run's)."""
+        sm = self.shards_manifest
         return run_key(
             cfg, sm["key"], sm["tokenizer_hash"], self.dist.world, self.precision, self.cuda,
-            self.long_manifest["key"] if self.long_manifest else "", sm["config"]["masking"] == "dynamic",
+            (self.long_manifest["key"] if self.long_manifest else "") if long_key is None else long_key, sm["config"]["masking"] == "dynamic",
             self.init["weights_sha256"] if self.init else "",
         )
 
@@ -412,7 +427,7 @@ class Trainer:
                 if isinstance(v, (int, float)) and k != "step":
                     self.tb.add_scalar(k, v, rec["step"])
 
-    def _save_checkpoint(self) -> None:
+    def _save_checkpoint(self, path: Path | None = None) -> None:
         import torch
 
         rng = self.dist.gather(rng_state(self.dev))  # every rank's own states, in rank order
@@ -427,7 +442,7 @@ class Trainer:
         }
         buf = io.BytesIO()
         torch.save({"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "state": state, "rng": rng}, buf)
-        atomic_write_bytes(self.ckpt_path, buf.getvalue())
+        atomic_write_bytes(path or self.ckpt_path, buf.getvalue())
 
     def _reset_interval(self) -> None:
         self.stats.zero_()
@@ -467,6 +482,7 @@ class Trainer:
                     if cfg.profile and self.step_no == cfg.profile and dist.main:
                         prof, t_prof = start_profile(self.cuda), time.time()
                     if not self.in_long and self._long_phase_due():
+                        self._save_checkpoint(self.switch_path)  # the state at the switch: --fork-from starts other long phases there
                         self.in_long, self.long_from = True, self.step_no
                         self._enter_long()
                         del it  # the short phase's workers stop

@@ -44,6 +44,11 @@ class PretrainConfig:
         "keep", "with --long-shards: keep: positions past the short shards' length start the long phase as initialized; "
         "copy: at the switch they become copies of the trained ones, tiled (Longformer), once", choices=["keep", "copy"],
     )
+    fork_from: str = C.field(
+        "", "start from the switch.pt a run with --long-shards wrote at its switch (or its out folder), when this run differs from it "
+        "only in settings the long phase alone reads (--long-shards, --long-init, --long-warmup, --long-lr): the short phase is not "
+        "trained again; its log lines are copied, and the run key is checked",
+    )
     objective: str = C.field(
         "mlm+nsp", "mlm+nsp: BERT's two losses; mlm: masked LM only (RoBERTa, Cramming), the pooler and NSP head are "
         "exported untrained (shards made with --no-nsp need it, or electra); electra: replaced-token detection (ELECTRA): a small "

@@ -261,3 +261,39 @@ def test_collect_writes_both_arms_with_their_ratios_and_refuses_mixed_precisions
     write("copy", [0.25, 0.2, 0.2, 0.2], precision="fp32")
     with pytest.raises(SystemExit, match="other precisions"):
         lp.main(["--collect", "--work", str(work), "--result", str(out)])
+
+
+def test_a_fork_at_the_switch_trains_the_same_long_phase_as_a_whole_run(shards_dir, long_shards_dir, tmp_path):
+    """A run writes switch.pt at its switch (step 7 of 10, before any long step). A run that differs only in the
+    long phase's settings (--long-init, --long-warmup, --long-lr) started from it with --fork-from logs and ends
+    with the same losses and weights as the same run trained whole; it is refused when anything else differs,
+    from a checkpoint inside the long phase, and without the source's config.json."""
+    import shutil
+
+    base = dict(tokens_per_batch=2048, pack=True, lr=3e-3, warmup=2, num_workers=0, long_shards=str(long_shards_dir), long_phase=0.3,
+                long_schedule="own")
+    main(cfg(shards_dir, tmp_path / "source", long_init="keep", long_warmup=0.1, **base))
+    s = torch.load(tmp_path / "source" / "switch.pt", map_location="cpu", weights_only=False)["state"]
+    assert s["step"] == 7 and s["long_from"] is None and len(losses(tmp_path / "source")) == 10
+
+    other = dict(long_init="copy", long_warmup=0.34, long_lr=1e-3, **base)
+    main(cfg(shards_dir, tmp_path / "whole", **other))
+    fork = cfg(shards_dir, tmp_path / "fork", fork_from=str(tmp_path / "source"), **other)
+    assert main(fork)["run_key"] == json.loads((tmp_path / "whole" / "final" / "manifest.json").read_text())["run_key"]
+    assert losses(tmp_path / "fork") == losses(tmp_path / "whole") and lrs(tmp_path / "fork") == lrs(tmp_path / "whole")
+    assert losses(tmp_path / "fork")[:7] == losses(tmp_path / "source")[:7] and losses(tmp_path / "fork")[7:] != losses(tmp_path / "source")[7:]
+    a, b = weights(tmp_path / "whole"), weights(tmp_path / "fork")
+    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])][:5]
+
+    switch = str(tmp_path / "source" / "switch.pt")
+    with pytest.raises(InputError, match="not only another long phase .*differ in lr"):
+        main(cfg(shards_dir, tmp_path / "x1", fork_from=switch, **{**other, "lr": 2e-3}))
+    with pytest.raises(InputError, match="not only another long phase .*long_schedule"):
+        main(cfg(shards_dir, tmp_path / "x2", fork_from=switch, **{**other, "long_schedule": "shared"}))
+    with pytest.raises(InputError, match="taken in the long phase"):
+        main(cfg(shards_dir, tmp_path / "x3", fork_from=str(tmp_path / "source" / "ckpt.pt"), **other))
+    shutil.copy(switch, tmp_path / "lone.pt")
+    with pytest.raises(InputError, match="no readable config.json"):
+        main(cfg(shards_dir, tmp_path / "x4", fork_from=str(tmp_path / "lone.pt"), **other))
+    with pytest.raises(InputError, match="budget"):
+        main(cfg(shards_dir, tmp_path / "x5", fork_from=switch, **{**other, "max_steps": 20}))
