@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 # the candidates built for issue 58: the long phase's own warmup and decay, its new positions copied from the trained ones,
 # and long shards of long documents only (1,000 characters and up: no review reaches it, so no instance is a one-line review)
 AFTER = ["pretrain.long_schedule=own", "pretrain.long_warmup=0.1", "pretrain.long_init=copy", "shards_long.min_chars=1000"]
+TASKS = ["nsmc", "nsmc_control", "korquad", "korquad_control", "korquad384", "korquad384_control", "korquad384_epochs"]
 WIDE = dict(max_len=384, stride=128, max_query_len=64, epoch_window="128/32/40")
 SMOKE = ["pretrain.max_tokens=0", "shards_long.max_seq_len=512", "nsmc.max_train_examples=300", "nsmc.max_eval_examples=200",
          "korquad.max_train_examples=60", "korquad.max_eval_examples=30"]
@@ -143,13 +144,15 @@ def eval_configs(run: Path, seed: int) -> dict:
     return out
 
 
-def run_evals(run: Path, seeds: list[int], force: bool) -> dict:
+def run_evals(run: Path, seeds: list[int], force: bool, tasks: list[str] | None = None) -> dict:
     from evals import korquad, nsmc
     from korbert.recipe import _cached, _folder_key, eval_key
 
     done = {}
     for seed in seeds:
         for name, c in eval_configs(run, seed).items():
+            if tasks is not None and name not in tasks:
+                continue
             module = nsmc if name.startswith("nsmc") else korquad
             print(f"\n== {run.name}: {name} (seed {seed}) ==", flush=True)
             r, skipped = _cached(Path(c.out), eval_key(c, _folder_key(c.model, weights=not c.control)), lambda: module.main(c), force)
@@ -238,7 +241,7 @@ def arm(args) -> dict:
         subprocess.run(cmd, check=True, cwd=ROOT)
         ran = [shlex.join(["korbert", *cmd[3:]])]
     pos, pos_cmds = positions(args, run, work)  # (first: the arm's own figure, minutes, before hours of fine-tuning)
-    evals = {} if args.positions_only else run_evals(run, args.seeds, args.force)
+    evals = run_evals(run, args.seeds, args.force, args.tasks) if args.tasks or not args.positions_only else {}
     per = {"model": {}, "control": {}}
     for (name, seed), (r, _) in evals.items():
         side = "control" if name.endswith("_control") else "model"
@@ -255,10 +258,10 @@ def arm(args) -> dict:
         "mlm_acc_by_position": pos["mlm_acc_by_position"], "mlm_acc_128_reference": pos["mlm_acc_128_reference"],
         "gap_se": pos.get("gap_se"), "masked_tokens": pos["masked_tokens"], "position_windows": pos["windows"], "texts": {k: pos["texts"][k] for k in ("path", "sha256", "documents")},
         **{k: summary(v)["mean"] for k, v in per["model"].items() if not k.startswith("korquad_steps")},
-        **({} if args.positions_only else {"per_seed": {k: summary(v) for k, v in per["model"].items()},
+        **({} if not evals else {"per_seed": {k: summary(v) for k, v in per["model"].items()},
                                            "control": {k: summary(v) for k, v in per["control"].items()}, "seeds": args.seeds}),
         "settings": sets, "precision": resolve_precision(args.precision, cuda=False),
-        "pretrain": {k: pm.get(k) for k in ("step", "tokens", "seconds", "run_key", "trained_seq_len", "long_steps", "long_phase", "hardware")},
+        "pretrain": {k: pm.get(k) for k in ("step", "tokens", "seconds", "run_key", "trained_seq_len", "long_steps", "long_phase", "hardware", "eval")},
         "commands": [*ran, *sorted({c for _, c in evals.values()}), *pos_cmds],
     }
     (run / "long-positions-arm.json").write_text(json.dumps(out, indent=1, ensure_ascii=False))
@@ -310,6 +313,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--smoke", action="store_true", help="the demo preset on the embedded sample, tiny: checks the script end to end")
     ap.add_argument("--positions-only", action="store_true",
                     help="the recipe's preprocessing and pretraining, then the position measure: no fine-tuning (the decomposition's arms)")
+    ap.add_argument("--tasks", nargs="+", choices=TASKS,
+                    help="only these fine-tunings (e.g. nsmc beside --positions-only: a candidate's cost at 128 before its full arm)")
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
     if args.smoke and args.result.startswith(str(ROOT / "benchmarks")):

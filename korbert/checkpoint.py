@@ -112,7 +112,7 @@ def load_checkpoint(cfg: PretrainConfig, out: Path, key: str, key_other_compile,
         elif foreign:
             raise InputError(f"{ckpt_path} belongs to another run (other shards or settings); pass --force to start over")
     if force and dist.main:
-        for p in (ckpt_path, log_path, out / "config.json"):
+        for p in (ckpt_path, log_path, out / "config.json", out / "switch.pt"):
             p.unlink(missing_ok=True)
         shutil.rmtree(final, ignore_errors=True)
     dist.barrier()

@@ -1,10 +1,10 @@
-"""--fork-from: start a run from another run's checkpoint taken before its long phase (its out/switch.pt,
-written at the switch), when the two runs differ only in what the long phase alone reads: --long-shards,
---long-init, --long-warmup, --long-lr. Their short phases are then one run (the same weights, optimizer,
-data position and random streams at the switch), so the fork continues exactly as a resume would, and
-trying another long phase costs the long phase alone. The check is by run key (korbert.checkpoint.run_key):
-the source's own key must match its checkpoint, and with this run's long-phase settings it must be this
-run's key."""
+"""--fork-from: start a run from another run's checkpoint at its switch to the long phase (its out/switch.pt),
+when the two runs differ only in what the long phase alone reads: --long-shards, --long-init, --long-warmup,
+--long-lr. Up to the switch they are then the same training (weights, optimizer, data position and random
+streams), so the fork continues exactly as a resume would, and trying another long phase costs the long
+phase alone. The check is by key: switch.pt holds its run's `short_key` (korbert.checkpoint.run_key with
+the long-phase-only settings at their defaults and the long shards' length), which must be this run's;
+and the budgets it trained under, which must be this run's one budget."""
 
 from __future__ import annotations
 
@@ -25,10 +25,18 @@ LONG_ONLY = ("long_shards", "long_init", "long_warmup", "long_lr", "long_other_i
 SWITCH = "switch.pt"
 
 
-def fork_state(cfg: PretrainConfig, key_of: Callable[[PretrainConfig, str], str], precision: str, world: int) -> dict:
+def short_key(cfg: PretrainConfig, key_of: Callable[[PretrainConfig, str], str], long_len: int) -> str:
+    """The key of a run's training up to its switch: its run key with the long-phase-only settings at their
+    defaults and its long shards' length in place of their content (`key_of(config, long_key)`)."""
+    neutral = {f.name: f.default for f in dataclasses.fields(cfg) if f.name in LONG_ONLY}
+    return key_of(dataclasses.replace(cfg, **{**neutral, "long_shards": "-"}), f"max_seq_len {long_len}")
+
+
+def fork_state(cfg: PretrainConfig, key_of: Callable[[PretrainConfig, str | None], str], precision: str, world: int, long_len: int) -> dict:
     """The checkpoint --fork-from names (a file, or a run's out folder: its switch.pt), checked to be this run's
-    state before its long phase. `key_of(config, long_shards_key)`: a run key with this run's shards and
-    machine; `precision`, `world`: what this run uses. Refused with one line otherwise."""
+    state at the switch. `key_of(config, long_key)`: a run key on this run's shards, starting weights and
+    machine (long_key None: this run's long shards); `precision`, `world`, `long_len`: this run's. Refused with
+    one line otherwise."""
     import torch
 
     from korbert.pretrain_config import PretrainConfig
@@ -48,35 +56,39 @@ def fork_state(cfg: PretrainConfig, key_of: Callable[[PretrainConfig, str], str]
     src = PretrainConfig(**{k: v for k, v in src_run.items() if k in names})
     state = torch.load(path, map_location="cpu", weights_only=False)
     s = state["state"]
-    if s.get("long_from") is not None:
-        raise InputError(f"{where}: taken in the long phase (step {s['step']}, the switch at {s['long_from']}); fork from its {SWITCH}")
-    if not src.long_shards:
-        raise InputError(f"{where}: a run without --long-shards (its schedule has no switch): fork from a run with a long phase")
-    if run_budget(src) != run_budget(cfg):
-        raise InputError(f"{where}: a run with budget {run_budget(src)}, this one {run_budget(cfg)}: the schedule up to the switch differs")
+    if s.get("long_from") is not None or s["phase_pos"][1] or s.get("positions_copied"):
+        raise InputError(f"{where}: step {s['step']} comes after long-phase steps of its run; fork from the {SWITCH} written at its first switch")
+    budgets = s.get("budgets") or [run_budget(src)]  # (written before switch.pt recorded them: its config.json's)
+    if budgets != [run_budget(cfg)]:
+        raise InputError(f"{where}: trained under the budget(s) {budgets}, this run has {run_budget(cfg)}: the schedule up to the switch differs")
     if src_run.get("precision_used") != precision or s.get("world", 1) != world:
         raise InputError(f"{where}: trained in {src_run.get('precision_used')} on {s.get('world', 1)} process(es), this run {precision} on {world}")
-    try:
-        src_long = read_manifest(src.long_shards, "shards")
-    except (FileNotFoundError, ValueError) as e:
-        raise InputError(f"{where}: its long shards cannot be read, so its run key cannot be checked ({e})") from None
-    src_long_key, src_len = src_long["key"], src_long["config"]["max_seq_len"]
-    if src_len != read_manifest(cfg.long_shards, "shards")["config"]["max_seq_len"]:
-        raise InputError(f"{where}: its long shards are {src_len} tokens long and --long-shards' are not: the model's positions differ")
-    if key_of(src, src_long_key) != s["run_key"]:
-        raise InputError(f"{where}: the config.json beside it is not the run that wrote it (other shards, tokenizer or settings)")
-    as_this = dataclasses.replace(src, **{k: getattr(cfg, k) for k in LONG_ONLY})
-    if key_of(as_this, None) != key_of(cfg, None):
-        ignore = {*NOT_WEIGHTS, *LONG_ONLY}
-        mine = C.to_dict(cfg)
-        differ = sorted(k for k in names - ignore if mine.get(k) != getattr(src, k))
-        raise InputError(f"{where}: another run, not only another long phase (they differ in {', '.join(differ) or 'their shards or tokenizer'}); "
+    mine = short_key(cfg, key_of, long_len)
+    if "short_key" in s:
+        same = s["short_key"] == mine
+    else:  # written before switch.pt held its short key: rebuilt from the config.json beside it and its long shards
+        try:
+            src_long = read_manifest(src.long_shards, "shards")
+        except (FileNotFoundError, ValueError) as e:
+            raise InputError(f"{where}: its long shards cannot be read, so its run key cannot be checked ({e})") from None
+        if key_of(src, src_long["key"]) != s["run_key"]:
+            raise InputError(f"{where}: the config.json beside it, on this run's shards, tokenizer and starting weights, does not give its run key")
+        same = short_key(src, key_of, src_long["config"]["max_seq_len"]) == mine
+    if not same:
+        ours = C.to_dict(cfg)
+        differ = sorted(k for k in names - set(NOT_WEIGHTS) - set(LONG_ONLY) if ours.get(k) != getattr(src, k))
+        differ += ["compile"] * (cfg.compile != src.compile)  # (it cuts other batches of a --tokens-per-batch run without --pack)
+        raise InputError(f"{where}: another run, not only another long phase (they differ in "
+                         f"{', '.join(differ) or 'their shards, tokenizer, starting weights, long shards length or device'}); "
                          f"forking keeps everything but {', '.join('--' + k.replace('_', '-') for k in LONG_ONLY)}")
     return state
 
 
 def copy_log(src: Path, dst: Path, step: int) -> None:
-    """The source's log lines up to the fork's step, as this run's (its steps are this run's steps)."""
+    """The source's log lines up to the fork's step, as this run's (its steps are this run's steps, logged at the
+    source's --log-every and --eval-every)."""
+    if not src.exists():
+        print(f"--fork-from: no {src}: this run's log starts after step {step}")
     lines = src.read_text(encoding="utf-8").splitlines() if src.exists() else []
     keep = [line for line in lines if line and json.loads(line).get("step", 0) <= step]
     atomic_write_bytes(dst, "".join(line + "\n" for line in keep).encode("utf-8"))

@@ -53,7 +53,7 @@ from korbert.checkpoint import (
     export, init_source, load_checkpoint, model_config, rng_state, run_budget, run_key, set_rng_state, truncate_log,
 )
 from korbert.distributed import AgreedClock, Dist, default_workers
-from korbert.fork import SWITCH, copy_log, fork_state
+from korbert.fork import SWITCH, copy_log, fork_state, short_key
 from korbert.heldout import MODEL_INPUTS, evaluate
 from korbert.runtime import PROFILE_STEPS, compiled_graphs, oom_guard, peak_flops, resolve_precision, start_profile, write_profile
 from korbert.phases import Phase, build_phases, corpus_record, long_phase_record, long_shards_manifest, open_readers, tile_positions
@@ -141,7 +141,7 @@ class Trainer:
         state = load_checkpoint(cfg, out, key, lambda: self._key_with(compile=not cfg.compile), dist)
         self.forked = state is None and bool(cfg.fork_from)  # --fork-from: another run's state before its long phase
         if self.forked:
-            state = fork_state(cfg, self._key_of, self.precision, dist.world)
+            state = fork_state(cfg, self._key_of, self.precision, dist.world, self.long_manifest["config"]["max_seq_len"] if self.long_manifest else 0)
         self.max_len = sm["config"]["max_seq_len"]
         self.long_len = self.long_manifest["config"]["max_seq_len"] if self.long_manifest else 0
         self.mcfg = mcfg = model_config(cfg, state, self.init, self.id_map is not None, len(tok), max(self.max_len, self.long_len))
@@ -168,8 +168,12 @@ class Trainer:
         self.long_from = (self.step_no if long_from is None else long_from) if self.in_long else None  # where this stretch of it began
         self.long_start = where.get("long_start") if self.in_long and long_from is not None else None  # its share of the budget
         self.positions_copied = where.get("positions_copied", False)  # --long-init copy: done once per run
+        # the budgets this run trained under, in order (a checkpoint from before they were recorded: an unknown first)
+        self.budgets = list(where.get("budgets", [None] if state else []))
+        self.budgets += [run_budget(cfg)] * (not self.budgets or self.budgets[-1] != run_budget(cfg))
+        self.short_key = short_key(cfg, self._key_of, self.long_len) if self.long_manifest else None  # (korbert/fork.py)
         if self.in_long and self.long_start is None:  # resumed at the switch: the long phase begins here
-            if dist.main and not self.forked and not self.switch_path.exists():  # (killed between that checkpoint and the switch's copy)
+            if dist.main and not self.forked and self.pos[1] == 0:  # (killed between that checkpoint and the switch's copy)
                 atomic_write_bytes(self.switch_path, self.ckpt_path.read_bytes())
             self._enter_long()
         if state is not None:
@@ -436,7 +440,7 @@ class Trainer:
         state = {
             "step": self.step_no, "tokens": self.tokens, "seconds": self.seconds, "run_key": self.key, "warm_end": self.warm_end,
             "long_from": self.long_from, "phase_pos": self.pos, "bucketed": self.phases[0].plan.buckets,
-            "long_start": self.long_start, "positions_copied": self.positions_copied,
+            "long_start": self.long_start, "positions_copied": self.positions_copied, "budgets": self.budgets, "short_key": self.short_key,
             "model_config": self.mcfg.to_dict(), "world": self.dist.world,
             **({"init_fresh": self.init["fresh"]} if self.init else {}),
         }
@@ -482,7 +486,11 @@ class Trainer:
                     if cfg.profile and self.step_no == cfg.profile and dist.main:
                         prof, t_prof = start_profile(self.cuda), time.time()
                     if not self.in_long and self._long_phase_due():
-                        self._save_checkpoint(self.switch_path)  # the state at the switch: --fork-from starts other long phases there
+                        if self.pos[1] == 0:  # the first switch: the state --fork-from starts other long phases from
+                            t0 = time.time()
+                            self._save_checkpoint(self.switch_path)
+                            saved = time.time() - t0  # not training time, as the interval's checkpoints
+                            self.excluded, self.t_step, self.t_interval = self.excluded + saved, self.t_step + saved, self.t_interval + saved
                         self.in_long, self.long_from = True, self.step_no
                         self._enter_long()
                         del it  # the short phase's workers stop

@@ -265,35 +265,64 @@ def test_collect_writes_both_arms_with_their_ratios_and_refuses_mixed_precisions
 
 def test_a_fork_at_the_switch_trains_the_same_long_phase_as_a_whole_run(shards_dir, long_shards_dir, tmp_path):
     """A run writes switch.pt at its switch (step 7 of 10, before any long step). A run that differs only in the
-    long phase's settings (--long-init, --long-warmup, --long-lr) started from it with --fork-from logs and ends
-    with the same losses and weights as the same run trained whole; it is refused when anything else differs,
-    from a checkpoint inside the long phase, and without the source's config.json."""
+    long phase's settings (--long-init, --long-warmup, --long-lr) started from it with --fork-from trains the
+    long phase alone (its first 7 log lines are the source's, timings included) and ends with the same losses
+    and weights as the same run trained whole; so does a fork from a switch.pt written before it held its short
+    key and budgets (checked through the config.json beside it). Refused: anything else differs, a checkpoint
+    inside the long phase, no config.json, another budget, a source extended to another budget."""
     import shutil
 
     base = dict(tokens_per_batch=2048, pack=True, lr=3e-3, warmup=2, num_workers=0, long_shards=str(long_shards_dir), long_phase=0.3,
                 long_schedule="own")
     main(cfg(shards_dir, tmp_path / "source", long_init="keep", long_warmup=0.1, **base))
-    s = torch.load(tmp_path / "source" / "switch.pt", map_location="cpu", weights_only=False)["state"]
-    assert s["step"] == 7 and s["long_from"] is None and len(losses(tmp_path / "source")) == 10
+    s = torch.load(tmp_path / "source" / "switch.pt", map_location="cpu", weights_only=False)
+    assert s["state"]["step"] == 7 and s["state"]["long_from"] is None and s["state"]["budgets"] == [{"max_steps": 10, "max_tokens": 0, "max_minutes": 0.0}]
 
     other = dict(long_init="copy", long_warmup=0.34, long_lr=1e-3, **base)
     main(cfg(shards_dir, tmp_path / "whole", **other))
-    fork = cfg(shards_dir, tmp_path / "fork", fork_from=str(tmp_path / "source"), **other)
-    assert main(fork)["run_key"] == json.loads((tmp_path / "whole" / "final" / "manifest.json").read_text())["run_key"]
-    assert losses(tmp_path / "fork") == losses(tmp_path / "whole") and lrs(tmp_path / "fork") == lrs(tmp_path / "whole")
-    assert losses(tmp_path / "fork")[:7] == losses(tmp_path / "source")[:7] and losses(tmp_path / "fork")[7:] != losses(tmp_path / "source")[7:]
-    a, b = weights(tmp_path / "whole"), weights(tmp_path / "fork")
-    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])][:5]
+    # a switch.pt from before the short key and budgets were recorded, beside its run's config.json
+    (tmp_path / "old").mkdir()
+    shutil.copy(tmp_path / "source" / "config.json", tmp_path / "old")
+    shutil.copy(tmp_path / "source" / "log.jsonl", tmp_path / "old")
+    del s["state"]["short_key"], s["state"]["budgets"]
+    torch.save(s, tmp_path / "old" / "switch.pt")
+    src_lines = (tmp_path / "source" / "log.jsonl").read_text().splitlines()
+    for name, source in (("fork", tmp_path / "source"), ("fork-old", tmp_path / "old" / "switch.pt")):
+        r = main(cfg(shards_dir, tmp_path / name, fork_from=str(source), **other))
+        assert r["run_key"] == json.loads((tmp_path / "whole" / "final" / "manifest.json").read_text())["run_key"]
+        assert (tmp_path / name / "log.jsonl").read_text().splitlines()[:7] == src_lines[:7]  # copied, not trained again
+        assert losses(tmp_path / name) == losses(tmp_path / "whole") and lrs(tmp_path / name) == lrs(tmp_path / "whole"), name
+        assert losses(tmp_path / name)[7:] != losses(tmp_path / "source")[7:]
+        a, b = weights(tmp_path / "whole"), weights(tmp_path / name)
+        assert all(torch.equal(a[k], b[k]) for k in a), (name, [k for k in a if not torch.equal(a[k], b[k])][:5])
+        assert not (tmp_path / name / "switch.pt").exists()
 
     switch = str(tmp_path / "source" / "switch.pt")
-    with pytest.raises(InputError, match="not only another long phase .*differ in lr"):
-        main(cfg(shards_dir, tmp_path / "x1", fork_from=switch, **{**other, "lr": 2e-3}))
-    with pytest.raises(InputError, match="not only another long phase .*long_schedule"):
-        main(cfg(shards_dir, tmp_path / "x2", fork_from=switch, **{**other, "long_schedule": "shared"}))
-    with pytest.raises(InputError, match="taken in the long phase"):
-        main(cfg(shards_dir, tmp_path / "x3", fork_from=str(tmp_path / "source" / "ckpt.pt"), **other))
+    for i, (fork_from, change, match) in enumerate((
+        (switch, {"lr": 2e-3}, "not only another long phase .*differ in lr"),
+        (str(tmp_path / "old"), {"lr": 2e-3}, "not only another long phase .*differ in lr"),
+        (switch, {"long_schedule": "shared"}, "not only another long phase .*long_schedule"),
+        (str(tmp_path / "source" / "ckpt.pt"), {}, "comes after long-phase steps"),
+        (switch, {"max_steps": 20}, "budget"),
+    )):
+        with pytest.raises(InputError, match=match):
+            main(cfg(shards_dir, tmp_path / f"x{i}", fork_from=fork_from, **{**other, **change}))
     shutil.copy(switch, tmp_path / "lone.pt")
     with pytest.raises(InputError, match="no readable config.json"):
-        main(cfg(shards_dir, tmp_path / "x4", fork_from=str(tmp_path / "lone.pt"), **other))
+        main(cfg(shards_dir, tmp_path / "x9", fork_from=str(tmp_path / "lone.pt"), **other))
+
+    # killed right after the checkpoint at the switch (before the loop's own copy): the resume writes switch.pt
+    out = tmp_path / "cut"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Trainer, "interval", _stop_after(7))
+        with pytest.raises(Stopped):
+            main(cfg(shards_dir, out, save_every=7, long_init="keep", long_warmup=0.1, **base))
+    assert not (out / "switch.pt").exists()
+    main(cfg(shards_dir, out, save_every=7, long_init="keep", long_warmup=0.1, **base))
+    cut = torch.load(out / "switch.pt", map_location="cpu", weights_only=False)
+    assert cut["state"]["step"] == 7 and all(torch.equal(cut["model"][k], s["model"][k]) for k in s["model"])
+    # a run extended past its first long phase goes back to the short phase: no new switch.pt, and none to fork at 20
+    main(cfg(shards_dir, tmp_path / "source", long_init="keep", long_warmup=0.1, **{**base, "max_steps": 20}))
+    assert torch.load(switch, map_location="cpu", weights_only=False)["state"]["step"] == 7
     with pytest.raises(InputError, match="budget"):
-        main(cfg(shards_dir, tmp_path / "x5", fork_from=switch, **{**other, "max_steps": 20}))
+        main(cfg(shards_dir, tmp_path / "x10", fork_from=switch, **{**other, "max_steps": 20}))
