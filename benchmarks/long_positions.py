@@ -323,6 +323,8 @@ def main(argv: list[str] | None = None) -> dict:
         return collect(args)
     if not args.arm:
         ap.error("--arm before|after, or --collect")
+    if args.tasks and args.arm in ("before", "after"):
+        ap.error("--tasks is for the decomposition's arms: before and after run every fine-tuning (--collect reads them whole)")
     if args.positions_only and args.arm in ("before", "after"):
         ap.error("--positions-only is for the decomposition's arms: before and after are fine-tuned too")
     return arm(args)
