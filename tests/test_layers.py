@@ -17,7 +17,7 @@ LAYERS = [
     ("the tokenizer", "korbert", {"__init__", "tokenizer", "segmenter", "word_cache", "hub", "foreign", "folders", "plain"}),
     ("corpus stages", "corpus_tools", {"vocab", "shards_config", "shards", "pieces", "shard_task", "pairs", "engine", "make_sample"}),
     ("model and pretraining", "korbert", {
-        "model", "data", "heldout", "schedule", "runtime", "distributed", "pretrain_config", "phases", "checkpoint", "pretrain",
+        "model", "data", "heldout", "schedule", "runtime", "distributed", "pretrain_config", "phases", "checkpoint", "fork", "pretrain",
         "pretrain_model", "card", "table", "electra",
     }),
     ("evaluations", "evals", {
