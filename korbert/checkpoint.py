@@ -28,6 +28,7 @@ FORMAT_VERSION = 1
 
 
 BUDGET = ("max_steps", "max_tokens", "max_minutes")
+SWITCH = "switch.pt"  # the checkpoint at the switch to the long phase (--fork-from starts there: korbert/fork.py)
 
 
 # what does not change the weights trained so far: speed, bookkeeping, evaluation, and the budget
@@ -112,7 +113,7 @@ def load_checkpoint(cfg: PretrainConfig, out: Path, key: str, key_other_compile,
         elif foreign:
             raise InputError(f"{ckpt_path} belongs to another run (other shards or settings); pass --force to start over")
     if force and dist.main:
-        for p in (ckpt_path, log_path, out / "config.json", out / "switch.pt"):
+        for p in (ckpt_path, log_path, out / "config.json", out / SWITCH):
             p.unlink(missing_ok=True)
         shutil.rmtree(final, ignore_errors=True)
     dist.barrier()
@@ -141,11 +142,14 @@ def set_rng_state(state: dict, device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def truncate_log(path: Path, step: int) -> None:
-    """After a resume from `step`: drop log lines a killed run wrote past its last checkpoint."""
-    if not path.exists():
+def truncate_log(path: Path, step: int, source: Path | None = None) -> None:
+    """After a resume from `step`: drop log lines a killed run wrote past its last checkpoint. `source`: another
+    run's log, whose lines up to `step` become this one's (--fork-from: korbert/fork.py)."""
+    source = source or path
+    if not path.exists() and not source.exists():
         return
-    keep = [line for line in path.read_text(encoding="utf-8").splitlines() if line and json.loads(line).get("step", 0) <= step]
+    lines = source.read_text(encoding="utf-8").splitlines() if source.exists() else []  # (no source log: this one starts empty)
+    keep = [line for line in lines if line and json.loads(line).get("step", 0) <= step]
     atomic_write_bytes(path, "".join(line + "\n" for line in keep).encode("utf-8"))
 
 

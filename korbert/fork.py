@@ -14,15 +14,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from corpus_tools import config as C
-from corpus_tools.artifacts import atomic_write_bytes, read_manifest
+from corpus_tools.artifacts import read_manifest
 from corpus_tools.text import InputError
-from korbert.checkpoint import NOT_WEIGHTS, run_budget
+from korbert.checkpoint import NOT_WEIGHTS, SWITCH, run_budget
 
 if TYPE_CHECKING:  # annotations only: no import at run time
     from korbert.pretrain_config import PretrainConfig
 
 LONG_ONLY = ("long_shards", "long_init", "long_warmup", "long_lr", "long_other_inputs")  # read by the long phase alone
-SWITCH = "switch.pt"
+
+
+def switch_file(fork_from: str) -> Path:
+    """The checkpoint --fork-from names: the file, or a run's out folder's switch.pt."""
+    path = Path(fork_from)
+    return path / SWITCH if path.is_dir() else path
 
 
 def short_key(cfg: PretrainConfig, key_of: Callable[[PretrainConfig, str], str], long_len: int) -> str:
@@ -41,8 +46,7 @@ def fork_state(cfg: PretrainConfig, key_of: Callable[[PretrainConfig, str | None
 
     from korbert.pretrain_config import PretrainConfig
 
-    path = Path(cfg.fork_from)
-    path = path / SWITCH if path.is_dir() else path
+    path = switch_file(cfg.fork_from)
     where = f"--fork-from {path}"
     if not cfg.long_shards:
         raise InputError("--fork-from starts another long phase from a run's switch: it needs --long-shards")
@@ -83,12 +87,3 @@ def fork_state(cfg: PretrainConfig, key_of: Callable[[PretrainConfig, str | None
                          f"forking keeps everything but {', '.join('--' + k.replace('_', '-') for k in LONG_ONLY)}")
     return state
 
-
-def copy_log(src: Path, dst: Path, step: int) -> None:
-    """The source's log lines up to the fork's step, as this run's (its steps are this run's steps, logged at the
-    source's --log-every and --eval-every)."""
-    if not src.exists():
-        print(f"--fork-from: no {src}: this run's log starts after step {step}")
-    lines = src.read_text(encoding="utf-8").splitlines() if src.exists() else []
-    keep = [line for line in lines if line and json.loads(line).get("step", 0) <= step]
-    atomic_write_bytes(dst, "".join(line + "\n" for line in keep).encode("utf-8"))

@@ -50,10 +50,10 @@ from corpus_tools import config as C
 from corpus_tools.artifacts import atomic_write_bytes, atomic_write_json, machine, read_manifest
 from corpus_tools.text import InputError
 from korbert.checkpoint import (
-    export, init_source, load_checkpoint, model_config, rng_state, run_budget, run_key, set_rng_state, truncate_log,
+    SWITCH, export, init_source, load_checkpoint, model_config, rng_state, run_budget, run_key, set_rng_state, truncate_log,
 )
 from korbert.distributed import AgreedClock, Dist, default_workers
-from korbert.fork import SWITCH, copy_log, fork_state, short_key
+from korbert.fork import fork_state, short_key, switch_file
 from korbert.heldout import MODEL_INPUTS, evaluate
 from korbert.runtime import PROFILE_STEPS, compiled_graphs, oom_guard, peak_flops, resolve_precision, start_profile, write_profile
 from korbert.phases import Phase, build_phases, corpus_record, long_phase_record, long_shards_manifest, open_readers, tile_positions
@@ -180,12 +180,12 @@ class Trainer:
             if self.init is not None:
                 self.init["fresh"] = state["state"].get("init_fresh", [])
             set_rng_state(state["rng"][dist.rank], dev)
-            if dist.main and self.forked:
-                copy_log(Path(cfg.fork_from if Path(cfg.fork_from).is_dir() else Path(cfg.fork_from).parent) / "log.jsonl", self.log_path, self.step_no)
-                print(f"forking {cfg.fork_from} at step {self.step_no} ({self.tokens} tokens)")
-            elif dist.main:
-                truncate_log(self.log_path, self.step_no)
-                print(f"resuming {self.ckpt_path} at step {self.step_no} ({self.tokens} tokens)")
+            if dist.main:  # a fork's log: the source's lines up to the switch (its steps are this run's)
+                source = switch_file(cfg.fork_from).parent / "log.jsonl" if self.forked else None
+                truncate_log(self.log_path, self.step_no, source)
+                if source and not source.exists():
+                    print(f"--fork-from: no {source}: this run's log starts after step {self.step_no}")
+                print(f"{f'forking {cfg.fork_from}' if self.forked else f'resuming {self.ckpt_path}'} at step {self.step_no} ({self.tokens} tokens)")
         else:
             if dist.main:  # a fresh start: lines a killed run wrote before its first checkpoint are not ours
                 self.log_path.unlink(missing_ok=True)
