@@ -210,7 +210,8 @@ def card_text(m: dict, license: str = "", table: list[dict] | None = None, notes
         long = m.get("long_corpus")
         if long and m.get("long_steps"):
             same = input_ids(long) == input_ids(corpus)
-            lines += ["", f"The long phase ({long_steps_text(m)}) read instances of up to {long['max_seq_len']} tokens "
+            packed = " (packed: consecutive sentences across documents)" if long.get("instances") == "packed" else ""
+            lines += ["", f"The long phase ({long_steps_text(m)}) read instances of up to {long['max_seq_len']} tokens{packed} "
                       f"made from {'the same files' if same else 'other files'}: {long['documents']:,} documents, "
                       f"{long['train_instances']:,} training instances of {long['train_tokens']:,} tokens."
                       + long_phase_text(m, long["max_seq_len"])]

@@ -15,7 +15,9 @@ from corpus_tools.text import InputError
 from korbert.pretrain_config import PretrainConfig
 from korbert.schedule import long_phase_steps
 
-SAME_IN_BOTH = ("nsp", "masking", "mask_prob", "mask_unit", "instances", "single_sentence")  # shards settings both phases share
+# shards settings both phases share: the objective's inputs and how a one-sentence chunk is paired. How instances
+# are made may differ: --instances packed long shards fill every row after document instances at the short length
+SAME_IN_BOTH = ("nsp", "masking", "mask_prob", "mask_unit", "single_sentence")
 
 
 @dataclass
@@ -45,6 +47,7 @@ def corpus_record(manifest: dict) -> dict:
                     **({"first_documents": i["first_documents"]} if i.get("first_documents") else {})} for i in manifest["inputs"]],
         "documents": manifest["counts"].get("documents_used"), "train_instances": manifest["counts"]["train"]["instances"],
         "train_tokens": manifest["counts"]["train"]["tokens"], "max_seq_len": manifest["config"]["max_seq_len"],
+        "instances": manifest["config"].get("instances", "document"),
         **({"eval_guard": manifest["eval_guard"], "eval_text": manifest["counts"].get("eval_text", {})} if manifest.get("eval_guard") else {}),
     }
 

@@ -789,6 +789,16 @@ def test_long_shards_are_checked(shards_dir, long_shards_dir, tmp_path):
     main(cfg(shards_dir, tmp_path / "f", long_shards=str(elsewhere), long_phase=0.3, long_other_inputs=True))
     card = (tmp_path / "f" / "final" / "README.md").read_text()
     assert "made from other files" in card and "| long-phase file | bytes | sha256 |" in card and "| half.jsonl |" in card
+    assert "packed" not in card
+    # packed long shards after document instances (NSP both): the loop reads them alike; the card says which
+    packed = tmp_path / "packed"
+    shards_main(ShardsConfig(tokenizer=str(long_shards_dir / "tokenizer"), inputs=[m["inputs"][0]["path"]], out=str(packed), valid_fraction=0.05,
+                             show=0, seed=1, max_seq_len=256, instances="packed"))
+    main(cfg(shards_dir, tmp_path / "p", long_shards=str(packed), long_phase=0.3))
+    card = (tmp_path / "p" / "final" / "README.md").read_text()
+    assert "read instances of up to 256 tokens (packed: consecutive sentences across documents) made from the same files" in card
+    m = json.loads((tmp_path / "p" / "final" / "manifest.json").read_text())
+    assert (m["trained_seq_len"], m["long_steps"], m["long_corpus"]["instances"]) == (256, 3, "packed")
 
 
 def test_run_key_reads_500_and_500_0_as_one_setting():
