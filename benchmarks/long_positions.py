@@ -115,8 +115,9 @@ def reused_shards(work: Path, arm: str, sets: list[str], run: Path) -> list[str]
            f"pretrain.shards={before['shards']['out']}"]
     if long_:
         out.append(f"shards_long.out={before['shards_long']['out']}")
-    else:  # its own long shards: keyed on its own vocabulary folder, rebuilt when their settings change
-        out += [f"shards_long.tokenizer={run / 'vocab'}", "shards_long.replace=true"]
+    elif not any(s.startswith("shards_long.out=") for s in sets):  # its own long shards: keyed on its own vocabulary
+        out += [f"shards_long.tokenizer={run / 'vocab'}", "shards_long.replace=true"]  # folder, rebuilt when their settings change
+    # (else another arm's long shards, named by --set shards_long.out= .tokenizer= .replace=false: its strings, as it recorded them)
     return out
 
 

@@ -64,8 +64,10 @@ def run_key(
             del ident["long_schedule"], ident["long_warmup"], ident["long_lr"]
         if ident["long_init"] == "keep":
             del ident["long_init"]
+        if ident["long_nsp"]:
+            del ident["long_nsp"]
     else:
-        for k in ("long_shards", "long_phase", "long_schedule", "long_warmup", "long_lr", "long_init"):
+        for k in ("long_shards", "long_phase", "long_schedule", "long_warmup", "long_lr", "long_init", "long_nsp"):
             del ident[k]
     if cfg.init_from:
         ident["init_from"] = init_key  # the starting weights by content, not by path

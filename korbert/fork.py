@@ -21,7 +21,7 @@ from korbert.checkpoint import NOT_WEIGHTS, SWITCH, run_budget
 if TYPE_CHECKING:  # annotations only: no import at run time
     from korbert.pretrain_config import PretrainConfig
 
-LONG_ONLY = ("long_shards", "long_init", "long_warmup", "long_lr", "long_other_inputs")  # read by the long phase alone
+LONG_ONLY = ("long_shards", "long_init", "long_warmup", "long_lr", "long_nsp", "long_other_inputs")  # read by the long phase alone
 
 
 def switch_file(fork_from: str) -> Path:

@@ -162,4 +162,4 @@ def long_phase_record(cfg: PretrainConfig, short_len: int, lr_at_switch: float |
         lr = {"warmup": cfg.long_warmup, "peak_lr": cfg.long_lr or cfg.lr}
     else:
         lr = {} if lr_at_switch is None else {"lr_at_switch": lr_at_switch}
-    return {"schedule": cfg.long_schedule, **lr, "positions": cfg.long_init, "short_len": short_len}
+    return {"schedule": cfg.long_schedule, **lr, "positions": cfg.long_init, "short_len": short_len, **({} if cfg.long_nsp else {"nsp": False})}

@@ -248,7 +248,7 @@ class Trainer:
         self.workers = cfg.num_workers if cfg.num_workers >= 0 else default_workers(self.cuda)
         self.held_out = eval_batches(valid, cfg.eval_instances, max(cfg.batch_size, 64), cfg.seed, nsp=self.nsp) if dist.main else []
         self.held_out_long = (  # the long phase's own held-out figure, on its shards' valid split
-            eval_batches(long_valid, cfg.eval_instances, max(cfg.batch_size, 64) * self.max_len // self.long_len, cfg.seed, nsp=self.nsp)
+            eval_batches(long_valid, cfg.eval_instances, max(cfg.batch_size, 64) * self.max_len // self.long_len, cfg.seed, nsp=self.nsp and cfg.long_nsp)
             if dist.main and long_valid is not None else []
         )
 
@@ -269,7 +269,7 @@ class Trainer:
 
         cfg, dist, ph = self.cfg, self.dist, self.phase
         return torch.utils.data.DataLoader(
-            PretrainingDataset(ph.reader, cfg.seed, cfg.pack, nsp=self.nsp, fixed=ph.fixed),
+            PretrainingDataset(ph.reader, cfg.seed, cfg.pack, nsp=self.nsp and (cfg.long_nsp or not self.in_long), fixed=ph.fixed),
             sampler=StepSampler(ph.plan, self.phase_step, 10**12, dist.world, dist.rank, cfg.grad_accum), batch_size=None,
             num_workers=self.workers, pin_memory=self.cuda, persistent_workers=False, prefetch_factor=4 if self.workers else None,
             generator=torch.Generator(),  # keeps the loader from drawing on the global RNG (exact resume)
@@ -362,7 +362,7 @@ class Trainer:
         dt = max(time.time() - self.t_interval, 1e-9)
         tps = self.interval_tokens / dt
         mlm, nsp = tot[0] / max(tot[2], 1), tot[3] / max(tot[5], 1)
-        loss, sec = mlm + (cfg.disc_weight if self.second == "disc" else 1) * nsp, self.second
+        loss, sec = mlm + (cfg.disc_weight if self.second == "disc" else 1) * nsp, self.second if tot[5] or self.second != "nsp" else None
         if not math.isfinite(loss):
             raise InputError(
                 f"non-finite loss ({loss}) at step {step}, lr {self.lr:.2e}; the last good checkpoint is kept at "

@@ -44,9 +44,13 @@ class PretrainConfig:
         "keep", "with --long-shards: keep: positions past the short shards' length start the long phase as initialized; "
         "copy: at the switch they become copies of the trained ones, tiled (Longformer), once", choices=["keep", "copy"],
     )
+    long_nsp: bool = C.field(
+        True, "with --long-shards and NSP: the long phase trains NSP too; --no-long-nsp: MLM alone there, its NSP labels ignored "
+        "(the pooler and NSP head keep what the short phase taught: packed long shards make B's of other documents)",
+    )
     fork_from: str = C.field(
         "", "start from the switch.pt a run with --long-shards wrote at its switch (or its out folder), when this run differs from it "
-        "only in settings the long phase alone reads (--long-shards, --long-init, --long-warmup, --long-lr): the short phase is not "
+        "only in settings the long phase alone reads (--long-shards, --long-init, --long-warmup, --long-lr, --long-nsp): the short phase is not "
         "trained again; its log lines are copied, and the run key is checked",
     )
     objective: str = C.field(

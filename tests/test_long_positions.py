@@ -216,6 +216,9 @@ def test_arms_after_before_read_its_shards_and_keep_the_choice_they_started_with
     assert got == [f"shards.out={before / 'shards'}", f"shards.tokenizer={before / 'vocab'}", "shards.replace=false",
                    f"pretrain.shards={before / 'shards'}", f"shards_long.out={before / 'shards-long'}"]
     assert lp.reused_shards(work, "docs", ["shards_long.min_chars=1000"], docs)[-2:] == [f"shards_long.tokenizer={docs / 'vocab'}", "shards_long.replace=true"]
+    # another arm's long shards, named: its strings stand (no own-vocabulary tokenizer, no replace=true after them)
+    named = ["shards_long.instances=packed", f"shards_long.out={work / 'packed' / 'shards-long'}", "shards_long.replace=false"]
+    assert lp.reused_shards(work, "after", named, work / "after") == got[:4]
     assert lp.reused_shards(work, "x", ["shards.seed=3"], work / "x") == [] == lp.reused_shards(work, "before", [], before)
     # an arm whose recipe recorded its own shards keeps them, even now that before's exist
     own = work / "own"

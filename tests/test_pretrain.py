@@ -799,6 +799,17 @@ def test_long_shards_are_checked(shards_dir, long_shards_dir, tmp_path):
     assert "read instances of up to 256 tokens (packed: consecutive sentences across documents) made from the same files" in card
     m = json.loads((tmp_path / "p" / "final" / "manifest.json").read_text())
     assert (m["trained_seq_len"], m["long_steps"], m["long_corpus"]["instances"]) == (256, 3, "packed")
+    # --no-long-nsp: the same run up to the switch; then MLM alone (no NSP figure in the log), and the card says so
+    main(cfg(shards_dir, tmp_path / "q", long_shards=str(packed), long_phase=0.3, long_nsp=False))
+    rows = {k: [json.loads(x) for x in (tmp_path / k / "log.jsonl").read_text().splitlines()] for k in ("p", "q")}
+    assert [r["loss"] for r in rows["p"][:7]] == [r["loss"] for r in rows["q"][:7]] and all("nsp_loss" in r for r in rows["q"][:7])
+    assert [r["seq_len"] for r in rows["q"][7:]] == [256] * 3 and not any("nsp_loss" in r for r in rows["q"][7:])
+    assert all("nsp_loss" in r for r in rows["p"][7:]) and [r["mlm_loss"] for r in rows["p"][7:]] != [r["mlm_loss"] for r in rows["q"][7:]]
+    assert "It trained MLM alone (its NSP labels ignored)." in (tmp_path / "q" / "final" / "README.md").read_text()
+    from korbert.checkpoint import run_key
+
+    assert run_key(cfg(shards_dir, "o", long_shards="l"), "s", "t", 1, "fp32", False, long_key="k") != \
+        run_key(cfg(shards_dir, "o", long_shards="l", long_nsp=False), "s", "t", 1, "fp32", False, long_key="k")
 
 
 def test_run_key_reads_500_and_500_0_as_one_setting():
