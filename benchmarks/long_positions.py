@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 # the candidates built for issue 58: the long phase's own warmup and decay, its new positions copied from the trained ones,
 # and long shards of long documents only (1,000 characters and up: no review reaches it, so no instance is a one-line review)
 AFTER = ["pretrain.long_schedule=own", "pretrain.long_warmup=0.1", "pretrain.long_init=copy", "shards_long.min_chars=1000"]
+RECIPE_SEED = 42
 TASKS = ["nsmc", "nsmc_control", "korquad", "korquad_control", "korquad384", "korquad384_control", "korquad384_epochs"]
 WIDE = dict(max_len=384, stride=128, max_query_len=64, epoch_window="128/32/40")
 SMOKE = ["pretrain.max_tokens=0", "shards_long.max_seq_len=512", "nsmc.max_train_examples=300", "nsmc.max_eval_examples=200",
@@ -81,8 +82,10 @@ def arm_paths(work: Path, arm: str) -> Path:
 
 def recipe_command(args, run: Path, sets: list[str]) -> list[str]:
     preset = "demo" if args.smoke else "cpu"
-    base = ["pretrain.max_minutes=0", f"pretrain.max_steps={args.steps}", f"pretrain.precision={args.precision}", f"nsmc.seed={args.seeds[0]}",
-            f"korquad.seed={args.seeds[0]}", *(SMOKE if args.smoke else [])]
+    # the recipe's fine-tuning seed is the first default one whatever --seeds says: its results are that seed's
+    # (eval_configs), so `--seeds 43 44` on an arm must not rerun the recipe's folder under 43 over 42's
+    base = ["pretrain.max_minutes=0", f"pretrain.max_steps={args.steps}", f"pretrain.precision={args.precision}", f"nsmc.seed={RECIPE_SEED}",
+            f"korquad.seed={RECIPE_SEED}", *(SMOKE if args.smoke else [])]
     return [sys.executable, "-m", "korbert.cli", "run", "--preset", preset, "--out", str(run), *(["--data", args.data] if args.data else []),
             *(["--workers", str(args.workers)] if args.workers else []), "--set", *base, *sets]
 
@@ -303,7 +306,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--arm", help="before, after (with --after-set), or any name for one more arm with its own --set (e.g. schedule)")
     ap.add_argument("--collect", action="store_true")
     ap.add_argument("--steps", type=int, default=10000)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[RECIPE_SEED, 43, 44])
     ap.add_argument("--data", default="")
     ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"], help="pretraining precision, the same for every arm")
     ap.add_argument("--workers", type=int, default=2, help="Dask workers for the shards (0: one process)")

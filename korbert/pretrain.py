@@ -397,10 +397,12 @@ class Trainer:
         if (cfg.eval_every > 0 and step % cfg.eval_every == 0) or done:
             self.last_eval = self._evaluate(self.held_out) if dist.main else {}
             if self.held_out_long and (self.in_long or done):  # the long phase's shards, from its start on
-                self.last_eval.update({f"long_{k}": v for k, v in self._evaluate(self.held_out_long).items()})
+                got = self._evaluate(self.held_out_long)  # (--no-long-nsp: its batches carry no NSP labels to score)
+                self.last_eval.update({f"long_{k}": v for k, v in got.items() if cfg.long_nsp or not k.startswith("nsp")})
             if self.last_eval:
                 e = self.last_eval
                 rec.update({f"eval_{k}": round(v, 5) if isinstance(v, float) else v for k, v in e.items()})
+                sec = self.second  # (held out at the short length: NSP is scored there even when the long phase trains without it)
                 said = [f"mlm loss {e['mlm_loss']:.4f}, mlm acc {e['mlm_acc']:.4f}" + (f", {sec} acc {e[f'{sec}_acc']:.4f}" if sec else "")
                         + (f", disc auc {e['disc_auc']:.4f}" if e.get("disc_auc") is not None else "")] if "mlm_loss" in e else []
                 if "long_mlm_loss" in e:

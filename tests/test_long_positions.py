@@ -329,3 +329,16 @@ def test_a_fork_at_the_switch_trains_the_same_long_phase_as_a_whole_run(shards_d
     assert torch.load(switch, map_location="cpu", weights_only=False)["state"]["step"] == 7
     with pytest.raises(InputError, match="budget"):
         main(cfg(shards_dir, tmp_path / "x10", fork_from=switch, **{**other, "max_steps": 20}))
+
+
+def test_an_arm_run_for_later_seeds_keeps_the_recipe_at_the_first(tmp_path):
+    """`--seeds 43 44` on an arm whose recipe fine-tuned seed 42: the recipe's command still says 42, so its
+    folder (seed 42's results) is found up to date, not fine-tuned again under 43 over them."""
+    import argparse
+
+    from conftest import load_benchmark
+
+    lp = load_benchmark("long_positions")
+    args = argparse.Namespace(steps=10, precision="auto", seeds=[43, 44], smoke=False, data="", workers=0)
+    cmd = lp.recipe_command(args, tmp_path / "arm", [])
+    assert "nsmc.seed=42" in cmd and "korquad.seed=42" in cmd and not any("seed=43" in c for c in cmd)
