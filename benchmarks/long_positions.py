@@ -8,7 +8,7 @@ Each arm is the `cpu` preset on a step budget (the tokenizer study's: the same s
 run alone:
 
     korbert run --preset cpu --out WORK/ARM --workers 2 --set pretrain.max_minutes=0 pretrain.max_steps=N
-        pretrain.precision=P nsmc.seed=S1 korquad.seed=S1 [the arm's settings]
+        pretrain.precision=P nsmc.seed=42 korquad.seed=42 [the arm's settings]
 
 (P: --precision, default auto as the preset: bf16 on a CPU with bf16 instructions). An arm after the
 first starts from a copy of the `before` arm's vocabulary (the recipe rebuilds it if its inputs or
@@ -18,7 +18,7 @@ before arm's shards, those its settings leave as they were (reused_shards), inst
 then, on the model it pretrained and on its control (same architecture, random initialization):
 KorQuAD in 128-token windows (stride 32, query 40: the preset's) and in 384-token windows (stride 128,
 query 64) with --epoch-window 128/32/40 (the steps of the 128-token run: matched), and NSMC-R, once
-per seed (the recipe ran S1 at 128; the rest run here, cached like the recipe's evals, so a killed
+per seed (the recipe ran seed 42 at 128, whatever --seeds says; the rest run here, cached like the recipe's evals, so a killed
 arm resumes); and, first of the evals and cached too, the position measure (`korbert eval positions`) on
 held-out kowiki articles chosen once (`korbert eval positions-texts`, after the preset's first 8,000) and read by both arms.
 

@@ -75,7 +75,7 @@ def long_phase_text(m: dict, long_len: int) -> str:
     else:
         at = f", from {lp['lr_at_switch']:.1e} at the switch" if lp.get("lr_at_switch") is not None else ""
         lr = f"the tail of the run's learning-rate schedule ({decay} decay to 0{at})"
-    nsp = " It trained MLM alone (its NSP labels ignored)." if lp.get("nsp") is False else ""
+    nsp = " It trained MLM alone (no NSP loss)." if lp.get("nsp") is False else ""
     return f" Positions 0–{s - 1} were trained through the whole run, {s}–{long_len - 1} only in the long phase{start}; it trained with {lr}.{nsp}"
 
 

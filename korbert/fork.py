@@ -1,6 +1,6 @@
 """--fork-from: start a run from another run's checkpoint at its switch to the long phase (its out/switch.pt),
 when the two runs differ only in what the long phase alone reads: --long-shards, --long-init, --long-warmup,
---long-lr. Up to the switch they are then the same training (weights, optimizer, data position and random
+--long-lr, --long-nsp. Up to the switch they are then the same training (weights, optimizer, data position and random
 streams), so the fork continues exactly as a resume would, and trying another long phase costs the long
 phase alone. The check is by key: switch.pt holds its run's `short_key` (korbert.checkpoint.run_key with
 the long-phase-only settings at their defaults and the long shards' length), which must be this run's;

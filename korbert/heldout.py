@@ -30,8 +30,8 @@ def evaluate(model, batches: list[dict], device, autocast, second: str | None = 
     model.train(was_training)
     ml, mc, mn, nl, nc, nn_ = tot.tolist()
     out = {"mlm_loss": ml / max(mn, 1), "mlm_acc": mc / max(mn, 1), "instances": sum(len(b["nsp_positions"]) for b in batches)}
-    if second:
-        out.update({f"{second}_loss": nl / max(nn_, 1), f"{second}_acc": nc / max(nn_, 1)})
+    if second and nn_:  # (no labels to score, e.g. the long split under --no-long-nsp: no figure, not a 0)
+        out.update({f"{second}_loss": nl / nn_, f"{second}_acc": nc / nn_})
     if second == "disc":
         from korbert.electra import auc
 

@@ -68,6 +68,8 @@ def long_shards_manifest(cfg: PretrainConfig, sm: dict) -> dict:
         raise InputError(f"--long-phase must be in (0, 1), got {cfg.long_phase}")
     if not 0 <= cfg.long_warmup < 1:
         raise InputError(f"--long-warmup must be in [0, 1) (a share of the long phase), got {cfg.long_warmup}")
+    if not cfg.long_nsp and cfg.objective != "mlm+nsp":
+        raise InputError(f"--no-long-nsp: --objective {cfg.objective} trains no NSP to turn off")
     if cfg.long_lr < 0:
         raise InputError(f"--long-lr must be >= 0 (0: --lr), got {cfg.long_lr}")
     if cfg.max_steps > 0 and long_phase_steps(cfg.max_steps, cfg.long_phase) == 0:

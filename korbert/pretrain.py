@@ -397,8 +397,7 @@ class Trainer:
         if (cfg.eval_every > 0 and step % cfg.eval_every == 0) or done:
             self.last_eval = self._evaluate(self.held_out) if dist.main else {}
             if self.held_out_long and (self.in_long or done):  # the long phase's shards, from its start on
-                got = self._evaluate(self.held_out_long)  # (--no-long-nsp: its batches carry no NSP labels to score)
-                self.last_eval.update({f"long_{k}": v for k, v in got.items() if cfg.long_nsp or not k.startswith("nsp")})
+                self.last_eval.update({f"long_{k}": v for k, v in self._evaluate(self.held_out_long).items()})
             if self.last_eval:
                 e = self.last_eval
                 rec.update({f"eval_{k}": round(v, 5) if isinstance(v, float) else v for k, v in e.items()})

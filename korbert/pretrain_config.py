@@ -45,8 +45,8 @@ class PretrainConfig:
         "copy: at the switch they become copies of the trained ones, tiled (Longformer), once", choices=["keep", "copy"],
     )
     long_nsp: bool = C.field(
-        True, "with --long-shards and NSP: the long phase trains NSP too; --no-long-nsp: MLM alone there, its NSP labels ignored "
-        "(the pooler and NSP head keep what the short phase taught: packed long shards make B's of other documents)",
+        True, "with --long-shards and --objective mlm+nsp: the long phase trains NSP too; --no-long-nsp: MLM alone there, its "
+        "NSP labels ignored (no NSP gradient; AdamW's momentum and weight decay still move the pooler and NSP head)",
     )
     fork_from: str = C.field(
         "", "start from the switch.pt a run with --long-shards wrote at its switch (or its out folder), when this run differs from it "

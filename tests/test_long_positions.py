@@ -62,17 +62,17 @@ def test_long_phase_own_schedule_and_copied_positions_resume_exactly_across_the_
     at 4), at it (checkpoint at 7: the copy happens on resuming) and after it (checkpoint at 8: the copy is not
     made again) resume to the same losses and weights; the card states the positions and the schedule."""
     own = dict(tokens_per_batch=2048, pack=True, lr=3e-3, warmup=2, num_workers=0, long_shards=str(long_shards_dir), long_phase=0.3,
-               long_schedule="own", long_warmup=0.34, long_lr=1e-3, long_init="copy")
+               long_schedule="own", long_warmup=0.34, long_lr=1e-3, long_init="copy", long_nsp=False)  # (NSP off: on in test_pretrain's)
     whole = main(cfg(shards_dir, tmp_path / "whole", **own))
     got = lrs(tmp_path / "whole")
     # short phase: warmup 2 steps, then linear decay to 0 at step 7; long: progress (step - 7) / 3, warmup 0.34
     short = [0.0, 1.5e-3, 3e-3, 3e-3 * 4 / 5, 3e-3 * 3 / 5, 3e-3 * 2 / 5, 3e-3 * 1 / 5]
     long_ = [0.0, 1e-3 * (1 / 3) / 0.34, 1e-3 * (1 - (2 / 3 - 0.34) / 0.66)]
     assert got == pytest.approx(short + long_), got
-    assert whole["long_phase"] == {"schedule": "own", "warmup": 0.34, "peak_lr": 1e-3, "positions": "copy", "short_len": 128}
+    assert whole["long_phase"] == {"schedule": "own", "warmup": 0.34, "peak_lr": 1e-3, "positions": "copy", "short_len": 128, "nsp": False}
     card = (tmp_path / "whole" / "final" / "README.md").read_text()
     assert "Positions 0–127 were trained through the whole run, 128–255 only in the long phase, starting as copies of 0–127" in card, card
-    assert "its own learning-rate schedule: warmup over 34% of it to a peak of 1.0e-03, then linear decay to 0" in card
+    assert "its own learning-rate schedule: warmup over 34% of it to a peak of 1.0e-03, then linear decay to 0. It trained MLM alone" in card
 
     for kill, save_every in ((6, 4), (8, 7), (9, 4)):  # before the switch, at it, after it
         out = tmp_path / f"broken{kill}"
@@ -281,7 +281,7 @@ def test_a_fork_at_the_switch_trains_the_same_long_phase_as_a_whole_run(shards_d
     s = torch.load(tmp_path / "source" / "switch.pt", map_location="cpu", weights_only=False)
     assert s["state"]["step"] == 7 and s["state"]["long_from"] is None and s["state"]["budgets"] == [{"max_steps": 10, "max_tokens": 0, "max_minutes": 0.0}]
 
-    other = dict(long_init="copy", long_warmup=0.34, long_lr=1e-3, **base)
+    other = dict(long_init="copy", long_warmup=0.34, long_lr=1e-3, long_nsp=False, **base)
     main(cfg(shards_dir, tmp_path / "whole", **other))
     # a switch.pt from before the short key and budgets were recorded, beside its run's config.json
     (tmp_path / "old").mkdir()

@@ -805,7 +805,7 @@ def test_long_shards_are_checked(shards_dir, long_shards_dir, tmp_path):
     assert [r["loss"] for r in rows["p"][:7]] == [r["loss"] for r in rows["q"][:7]] and all("nsp_loss" in r for r in rows["q"][:7])
     assert [r["seq_len"] for r in rows["q"][7:]] == [256] * 3 and not any("nsp_loss" in r for r in rows["q"][7:])
     assert all("nsp_loss" in r for r in rows["p"][7:]) and [r["mlm_loss"] for r in rows["p"][7:]] != [r["mlm_loss"] for r in rows["q"][7:]]
-    assert "It trained MLM alone (its NSP labels ignored)." in (tmp_path / "q" / "final" / "README.md").read_text()
+    assert "It trained MLM alone (no NSP loss)." in (tmp_path / "q" / "final" / "README.md").read_text()
     # held out: NSP still scored at the short length; the long split's batches carry no NSP labels, so no figure for them
     last = rows["q"][-1]
     assert "eval_nsp_acc" in last and "eval_long_mlm_acc" in last and "eval_long_nsp_acc" not in last and "eval_long_nsp_acc" in rows["p"][-1]
@@ -813,6 +813,9 @@ def test_long_shards_are_checked(shards_dir, long_shards_dir, tmp_path):
 
     assert run_key(cfg(shards_dir, "o", long_shards="l"), "s", "t", 1, "fp32", False, long_key="k") != \
         run_key(cfg(shards_dir, "o", long_shards="l", long_nsp=False), "s", "t", 1, "fp32", False, long_key="k")
+    assert run_key(cfg(shards_dir, "o"), "s", "t", 1, "fp32", False) == run_key(cfg(shards_dir, "o", long_nsp=False), "s", "t", 1, "fp32", False)
+    with pytest.raises(InputError, match="--no-long-nsp: --objective mlm trains no NSP to turn off"):
+        main(cfg(shards_dir, tmp_path / "r", long_shards=str(packed), long_phase=0.3, long_nsp=False, objective="mlm"))
 
 
 def test_run_key_reads_500_and_500_0_as_one_setting():
