@@ -120,6 +120,7 @@ class Trainer:
                              f"{self.init['trained_seq_len']}; copying rows over them would discard them (use --long-init keep)")
         self.second = {"mlm+nsp": "nsp", "electra": "disc"}.get(cfg.objective)  # the second loss: NSP, ELECTRA's discriminator, none
         self.nsp = self.second == "nsp"  # (the batches carry NSP labels)
+        self.long_nsp = self.nsp and cfg.long_nsp  # (the long phase's do: --no-long-nsp)
         self.fixed = cfg.fixed_shapes == "on" or (cfg.fixed_shapes == "auto" and cfg.compile and cfg.pack)
         if self.fixed and not cfg.pack:
             raise InputError("--fixed-shapes on needs --pack (every row is max_seq_len tokens)")
@@ -248,7 +249,7 @@ class Trainer:
         self.workers = cfg.num_workers if cfg.num_workers >= 0 else default_workers(self.cuda)
         self.held_out = eval_batches(valid, cfg.eval_instances, max(cfg.batch_size, 64), cfg.seed, nsp=self.nsp) if dist.main else []
         self.held_out_long = (  # the long phase's own held-out figure, on its shards' valid split
-            eval_batches(long_valid, cfg.eval_instances, max(cfg.batch_size, 64) * self.max_len // self.long_len, cfg.seed, nsp=self.nsp and cfg.long_nsp)
+            eval_batches(long_valid, cfg.eval_instances, max(cfg.batch_size, 64) * self.max_len // self.long_len, cfg.seed, nsp=self.long_nsp)
             if dist.main and long_valid is not None else []
         )
 
@@ -269,7 +270,7 @@ class Trainer:
 
         cfg, dist, ph = self.cfg, self.dist, self.phase
         return torch.utils.data.DataLoader(
-            PretrainingDataset(ph.reader, cfg.seed, cfg.pack, nsp=self.nsp and (cfg.long_nsp or not self.in_long), fixed=ph.fixed),
+            PretrainingDataset(ph.reader, cfg.seed, cfg.pack, nsp=self.long_nsp if self.in_long else self.nsp, fixed=ph.fixed),
             sampler=StepSampler(ph.plan, self.phase_step, 10**12, dist.world, dist.rank, cfg.grad_accum), batch_size=None,
             num_workers=self.workers, pin_memory=self.cuda, persistent_workers=False, prefetch_factor=4 if self.workers else None,
             generator=torch.Generator(),  # keeps the loader from drawing on the global RNG (exact resume)
@@ -362,7 +363,8 @@ class Trainer:
         dt = max(time.time() - self.t_interval, 1e-9)
         tps = self.interval_tokens / dt
         mlm, nsp = tot[0] / max(tot[2], 1), tot[3] / max(tot[5], 1)
-        loss, sec = mlm + (cfg.disc_weight if self.second == "disc" else 1) * nsp, self.second if tot[5] or self.second != "nsp" else None
+        loss, sec = mlm + (cfg.disc_weight if self.second == "disc" else 1) * nsp, self.second
+        shown = sec if tot[5] or sec != "nsp" else None  # (an interval of --no-long-nsp steps alone counted no NSP label)
         if not math.isfinite(loss):
             raise InputError(
                 f"non-finite loss ({loss}) at step {step}, lr {self.lr:.2e}; the last good checkpoint is kept at "
@@ -370,8 +372,8 @@ class Trainer:
             )
         rec = {
             "step": step, "tokens": self.tokens, "loss": round(loss, 5), "mlm_loss": round(mlm, 5),
-            **({f"{sec}_loss": round(nsp, 5)} if sec else {}),
-            "mlm_acc": round(tot[1] / max(tot[2], 1), 5), **({f"{sec}_acc": round(tot[4] / max(tot[5], 1), 5)} if sec else {}),
+            **({f"{shown}_loss": round(nsp, 5)} if shown else {}),
+            "mlm_acc": round(tot[1] / max(tot[2], 1), 5), **({f"{shown}_acc": round(tot[4] / max(tot[5], 1), 5)} if shown else {}),
             "lr": self.lr, "tokens_per_s": round(tps, 1), "seconds": round(self.seconds, 2),
             "padding": round(1 - self.interval_tokens / max(1, self.padded * dist.world), 4), "seq_len": self.phase.max_len,
             # the share of the interval spent waiting for the next batch, the largest over the ranks (a slow loader
@@ -391,7 +393,7 @@ class Trainer:
             if rec["data_wait"] >= 0.05:
                 mfu += f", waiting for data {rec['data_wait']:.0%}"
             self.bar.write(
-                f"step {step}: loss {loss:.4f}{f' (mlm {mlm:.4f}, {sec} {nsp:.4f})' if sec else ''}, mlm acc {rec['mlm_acc']:.3f}, "
+                f"step {step}: loss {loss:.4f}{f' (mlm {mlm:.4f}, {shown} {nsp:.4f})' if shown else ''}, mlm acc {rec['mlm_acc']:.3f}, "
                 f"lr {self.lr:.2e}, {tps:,.0f} tok/s{mfu}"
             )
         if (cfg.eval_every > 0 and step % cfg.eval_every == 0) or done:
@@ -401,7 +403,6 @@ class Trainer:
             if self.last_eval:
                 e = self.last_eval
                 rec.update({f"eval_{k}": round(v, 5) if isinstance(v, float) else v for k, v in e.items()})
-                sec = self.second  # (held out at the short length: NSP is scored there even when the long phase trains without it)
                 said = [f"mlm loss {e['mlm_loss']:.4f}, mlm acc {e['mlm_acc']:.4f}" + (f", {sec} acc {e[f'{sec}_acc']:.4f}" if sec else "")
                         + (f", disc auc {e['disc_auc']:.4f}" if e.get("disc_auc") is not None else "")] if "mlm_loss" in e else []
                 if "long_mlm_loss" in e:
