@@ -1,11 +1,11 @@
 """Issue 61: ELECTRA against masked-LM pretraining at equal compute, each scored against its own random-init control.
 
-    python benchmarks/electra_vs_mlm.py --steps 4471 --seeds 42 43 --data ../shared/data
+    python benchmarks/electra_vs_mlm.py --steps 1405 --seeds 42 43 --data ../shared/data
     python benchmarks/electra_vs_mlm.py --time-only --data ../shared/data      # the step-time ratio alone
 
 Both arms read the same shards: the `cpu` preset's corpus, vocabulary and long phase, with MLM-only instances
-(`shards.nsp=false`: ELECTRA has no use for random B segments), and the preset's model size, batch, lr and
-schedule. The MLM arm is `--objective mlm` for --steps optimizer steps; the ELECTRA arm (`--objective electra`,
+(`shards.nsp=false`: ELECTRA has no use for random B segments; packed, since the shards stage builds no
+document instances without NSP), and the preset's model size, rows per step, lr and schedule. The MLM arm is `--objective mlm` for --steps optimizer steps; the ELECTRA arm (`--objective electra`,
 generator at --generator-size) gets the steps that cost the same time: --steps / (its step time / MLM's), the
 two step times measured first, one after the other, each alone (--time-steps steps after --time-skip, from
 the loop's own clock, which leaves out start-up and evaluation), with the load average recorded. Then NSMC-R
@@ -40,9 +40,21 @@ def step_seconds(log: Path, skip: int) -> float:
     return (last["seconds"] - first["seconds"]) / max(last["step"] - first["step"], 1)
 
 
+def arms_plan(preset: str, work: Path, data: str, workers: int, klue: list[str], extra: list[str]) -> dict:
+    """The recipe's stage settings both arms share: the preset's, with MLM-only shards. Without NSP pairs the
+    shards stage takes packed instances only (a document's instances are A/B pairs), so both phases' shards are
+    packed: full rows of the preset's lengths, the preset's rows per step."""
+    from corpus_tools import config as C
+    from korbert.recipe import RecipeConfig, stage_configs
+
+    recipe = C.parse(RecipeConfig, ["--preset", preset, "--out", str(work / "shared"), *(["--data", data] if data else []), "--workers", str(workers),
+                                    "--klue", *(klue or ["none"]), "--set", "shards.nsp=false", "shards.instances=packed", *extra], prog="electra_vs_mlm")
+    return stage_configs(recipe)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=4471, help="the MLM arm's optimizer steps (ELECTRA's: scaled by the step-time ratio)")
+    ap.add_argument("--steps", type=int, default=1405, help="the MLM arm's optimizer steps (ELECTRA's: scaled by the step-time ratio); the default: the KLUE study's tokens in the preset's 64 packed rows")
     ap.add_argument("--seeds", type=int, nargs="+", default=[42, 43], help="fine-tuning seeds")
     ap.add_argument("--data", default="", help="the data folder (default: $KORBERT_DATA)")
     ap.add_argument("--work", default="runs/electra-vs-mlm")
@@ -64,13 +76,11 @@ def main() -> None:
     from evals import korquad as korquad_stage
     from evals import nsmc as nsmc_stage
     from korbert import pretrain as pretrain_stage
-    from korbert.recipe import RecipeConfig, _cached, _folder_key, eval_key, stage_configs
+    from korbert.recipe import _cached, _folder_key, eval_key
 
     data = a.data or os.environ.get("KORBERT_DATA", "")
     work = Path(a.work)
-    recipe = C.parse(RecipeConfig, ["--preset", a.preset, "--out", str(work / "shared"), *(["--data", data] if data else []), "--workers", str(a.workers),
-                                    "--klue", *(a.klue or ["none"]), "--set", "shards.nsp=false", *a.set], prog="electra_vs_mlm")
-    plan = stage_configs(recipe)
+    plan = arms_plan(a.preset, work, data, a.workers, a.klue, a.set)
     cfgs = plan["cfgs"]
     load = {"start": os.getloadavg()}
     vocab_stage.main(cfgs["vocab"])
@@ -123,9 +133,12 @@ def main() -> None:
     from korbert.recipe import klue_upstream
     from korbert.recipe_klue import TASKS
 
-    for objective in ("mlm", "electra"):
+    pretrained = {}
+    for objective in ("mlm", "electra"):  # both pretrainings first (the costly, resumable part), then every fine-tuning
         load[f"before_{objective}"] = os.getloadavg()
-        pm = pretrain_stage.main(arm(objective, steps[objective], objective))
+        pretrained[objective] = pretrain_stage.main(arm(objective, steps[objective], objective))
+    for objective in ("mlm", "electra"):
+        pm = pretrained[objective]
         final = str(work / objective / "final")
         upstreams = {row: _folder_key(final, weights=row == "model") for row in ("model", "control")}  # (hashed once, not per seed)
         for seed in a.seeds:

@@ -2,7 +2,7 @@
 
 A small generator (a masked LM, `--generator-size` of the discriminator's hidden size, heads and FFN, the
 same depth) fills the positions the shards' masking chose, whole-word and morpheme units included, by
-sampling from its softmax (the Gumbel-max trick). The discriminator reads the text with those samples in
+sampling from its softmax (one uniform draw per position, the softmax's cumulative sum inverted). The discriminator reads the text with those samples in
 place and scores every real token, [CLS] and [SEP] and padding left out: replaced (1) or original (0). A
 token the generator sampled right counts as original. Loss = generator MLM + `--disc-weight` x
 discriminator loss, each a mean over the global batch's tokens, as the loop normalizes BERT's.
@@ -89,13 +89,13 @@ class KorElectraForPreTraining(torch.nn.Module):
         g = self._encode(self.generator.electra, input_ids, token_type_ids, position_ids, segments, cu_seqlens, packed)
         g = g.reshape(r * t, -1).index_select(0, mlm_positions)
         logits = self.generator.generator_lm_head(self.generator.generator_predictions(g)).float()  # (M, V)
-        mlm_sum = F.cross_entropy(logits, mlm_labels, ignore_index=IGNORE, reduction="sum")
+        log_probs = logits.log_softmax(-1)  # (cross-entropy's own first step, kept: the sample reads it too)
+        mlm_sum = F.nll_loss(log_probs, mlm_labels, ignore_index=IGNORE, reduction="sum")
         m_valid = mlm_labels != IGNORE
         m = m_valid.sum().float()
-        # a sample from its softmax at each of them (Gumbel-max), put in place of the masked token
+        # a sample from its softmax at each of them, put in place of the masked token
         with torch.no_grad():
-            e = torch.empty_like(logits).exponential_().clamp_(min=torch.finfo(logits.dtype).tiny)  # -log(Exp(1)) is Gumbel(0, 1)
-            sampled = e.log_().neg_().add_(logits).argmax(-1)
+            sampled = sample_from(log_probs.detach())
             flat = input_ids.reshape(-1)
             original = flat.scatter(0, mlm_positions, torch.where(m_valid, mlm_labels, flat.index_select(0, mlm_positions)))
             corrupt = original.scatter(0, mlm_positions, torch.where(m_valid, sampled, original.index_select(0, mlm_positions)))
@@ -139,6 +139,16 @@ class KorElectraForPreTraining(torch.nn.Module):
         gen.load_state_dict(self.generator.state_dict())
         gen.generator_lm_head.weight = gen.electra.embeddings.word_embeddings.weight
         return disc, gen
+
+
+def sample_from(log_probs: torch.Tensor) -> torch.Tensor:
+    """One index per row of (M, V) log-probabilities, drawn from their softmax: each row's cumulative sum
+    inverted at a uniform draw in (0, the row's total], so an entry whose probability underflows to 0 is
+    never drawn. One uniform per row: the Gumbel-max trick and torch.multinomial draw one per entry, which
+    costs several passes over (M, V) more (docs/results.md)."""
+    cdf = log_probs.exp().cumsum_(-1)
+    u = (1 - torch.rand(cdf.shape[0], 1, dtype=cdf.dtype, device=cdf.device)).mul_(cdf[:, -1:])
+    return torch.searchsorted(cdf, u).squeeze(1)
 
 
 def check_settings(cfg, mapped_ids: bool) -> None:

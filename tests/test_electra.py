@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from corpus_tools.shard_format import CLS, MASK, PAD, SEP
-from korbert.electra import KorElectraForPreTraining, auc, discriminator_config, generator_config
+from korbert.electra import KorElectraForPreTraining, auc, discriminator_config, generator_config, sample_from
 from korbert.heldout import MODEL_INPUTS
 from korbert.model import bert_config, cu_seqlens_of
 from korbert.pretrain import main
@@ -68,6 +68,16 @@ def test_replaced_tokens_are_1_sampled_right_are_0_and_specials_and_padding_neve
     assert torch.equal(seen[0], b["input_ids"]) and seen[1].tolist() == [[CLS, 11, 11, SEP, 11, SEP], [CLS, 13, 11, SEP, PAD, PAD]]
     assert int(o.nsp_count) == 5 and int(o.mlm_count) == 4  # scored: the five text tokens (10..14), the unmasked 13 included
     assert m.train()(**{k: b[k] for k in MODEL_INPUTS}).disc_labels is None  # training: the counts alone
+
+
+def test_the_generator_samples_from_its_softmax_and_never_an_entry_of_probability_zero():
+    torch.manual_seed(0)
+    logits = torch.tensor([[0.0, 1.0, 2.0, -1.0, -1e4], [-1e4, 3.0, -1e4, -1e4, -1e4]])
+    draws = sample_from(logits.log_softmax(-1).repeat(100_000, 1)).view(100_000, 2)
+    freq = torch.stack([torch.bincount(draws[:, i], minlength=5).double() / len(draws) for i in range(2)])
+    want = logits.double().softmax(-1)
+    assert (freq - want).abs().max() < 0.005  # (binomial s.e. at most 0.0016)
+    assert freq[0, 4] == 0 and freq[1].tolist() == [0, 1, 0, 0, 0]
 
 
 def test_the_embeddings_are_one_tensor_and_both_losses_train_it():
@@ -230,3 +240,20 @@ def test_electra_long_phase_trains_the_shared_positions(shards_dir, long_shards_
     disc, gen = load_file(tmp_path / "final" / "model.safetensors"), load_file(tmp_path / "final" / "generator" / "model.safetensors")
     rows = "electra.embeddings.position_embeddings.weight"
     assert torch.equal(disc[rows], gen[rows]) and not torch.equal(disc[rows][128:256], disc[rows][:128])
+
+
+@pytest.mark.parametrize("preset", ["demo", "cpu"])
+def test_the_comparison_builds_shards_the_shards_stage_accepts_for_every_preset_it_runs(preset, tmp_path):
+    """benchmarks/electra_vs_mlm.py: both arms' MLM-only shards, short and long, pass the shards stage's checks.
+    The cpu preset's document instances without NSP were refused after the vocabulary (10 minutes in)."""
+    from conftest import data_file, load_benchmark
+    from corpus_tools.shards import _check
+
+    data = str(data_file("corpus", "kowiki.jsonl.gz").parents[1]) if preset == "cpu" else ""  # (the cpu preset reads the data folder)
+    plan = load_benchmark("electra_vs_mlm").arms_plan(preset, tmp_path, data, 0, [], [])
+    built = [plan["cfgs"][k] for k in ("shards", "shards_long") if k in plan["cfgs"]]
+    assert len(built) == (2 if preset == "cpu" else 1)
+    for c in built:
+        _check(c)
+        assert not c.nsp
+    assert plan["cfgs"]["pretrain"].long_shards == (built[1].out if preset == "cpu" else "")
