@@ -1,6 +1,6 @@
 """Issue 61: ELECTRA against masked-LM pretraining at equal compute, each scored against its own random-init control.
 
-    python benchmarks/electra_vs_mlm.py --steps 1405 --seeds 42 43 --data ../shared/data
+    python benchmarks/electra_vs_mlm.py --steps 1634 --seeds 42 43 --data ../shared/data
     python benchmarks/electra_vs_mlm.py --time-only --data ../shared/data      # the step-time ratio alone
 
 Both arms read the same shards: the `cpu` preset's corpus, vocabulary and long phase, with MLM-only instances
@@ -43,7 +43,8 @@ def step_seconds(log: Path, skip: int) -> float:
 def arms_plan(preset: str, work: Path, data: str, workers: int, klue: list[str], extra: list[str]) -> dict:
     """The recipe's stage settings both arms share: the preset's, with MLM-only shards. Without NSP pairs the
     shards stage takes packed instances only (a document's instances are A/B pairs), so both phases' shards are
-    packed: full rows of the preset's lengths, the preset's rows per step."""
+    packed: rows of up to the preset's lengths, the preset's rows per step (more tokens a step than its document
+    instances hold at the same lr)."""
     from corpus_tools import config as C
     from korbert.recipe import RecipeConfig, stage_configs
 
@@ -54,7 +55,8 @@ def arms_plan(preset: str, work: Path, data: str, workers: int, klue: list[str],
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=1405, help="the MLM arm's optimizer steps (ELECTRA's: scaled by the step-time ratio); the default: the KLUE study's tokens in the preset's 64 packed rows")
+    ap.add_argument("--steps", type=int, default=1634,
+                    help="the MLM arm's optimizer steps (ELECTRA's: scaled by the step-time ratio); the default: about the KLUE study's tokens at these shards' tokens per step")
     ap.add_argument("--seeds", type=int, nargs="+", default=[42, 43], help="fine-tuning seeds")
     ap.add_argument("--data", default="", help="the data folder (default: $KORBERT_DATA)")
     ap.add_argument("--work", default="runs/electra-vs-mlm")
@@ -97,7 +99,8 @@ def main() -> None:
     # measured once per work folder and settings (WORK/step-times.json): a resumed run keeps them, and with them the
     # ELECTRA arm's steps. --time-only measures them afresh and leaves that file alone; delete it to re-time a run.
     timed = work / "step-times.json"
-    what = {"pretrain": C.to_dict(cfgs["pretrain"]), "generator_size": a.generator_size, "time_steps": a.time_steps, "time_skip": a.time_skip}
+    what = {"pretrain": C.to_dict(cfgs["pretrain"]), "generator_size": a.generator_size, "time_steps": a.time_steps, "time_skip": a.time_skip,
+            "sampler": "inverse-cdf"}  # (times taken with the Gumbel-max sampler, before it, are not reused)
     old = json.loads(timed.read_text(encoding="utf-8")) if timed.is_file() and not a.time_only else {}
     times = old.get("times", {}) if old.get("what") == what and set(old.get("times", {})) == {"mlm", "electra"} else {}
     if times:

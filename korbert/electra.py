@@ -2,8 +2,8 @@
 
 A small generator (a masked LM, `--generator-size` of the discriminator's hidden size, heads and FFN, the
 same depth) fills the positions the shards' masking chose, whole-word and morpheme units included, by
-sampling from its softmax (one uniform draw per position, the softmax's cumulative sum inverted). The discriminator reads the text with those samples in
-place and scores every real token, [CLS] and [SEP] and padding left out: replaced (1) or original (0). A
+sampling from its softmax (one uniform draw per position, the cumulative sum inverted). The discriminator
+reads the text with those samples in place and scores every real token, [CLS] and [SEP] and padding left out: replaced (1) or original (0). A
 token the generator sampled right counts as original. Loss = generator MLM + `--disc-weight` x
 discriminator loss, each a mean over the global batch's tokens, as the loop normalizes BERT's.
 
@@ -144,8 +144,9 @@ class KorElectraForPreTraining(torch.nn.Module):
 def sample_from(log_probs: torch.Tensor) -> torch.Tensor:
     """One index per row of (M, V) log-probabilities, drawn from their softmax: each row's cumulative sum
     inverted at a uniform draw in (0, the row's total], so an entry whose probability underflows to 0 is
-    never drawn. One uniform per row: the Gumbel-max trick and torch.multinomial draw one per entry, which
-    costs several passes over (M, V) more (docs/results.md)."""
+    never drawn (exactly so where the sum is monotone, as on the CPU; a GPU's parallel scan may be off by a
+    rounding step). One uniform per row: the Gumbel-max trick and torch.multinomial draw one per entry,
+    several passes over (M, V) more (docs/results.md)."""
     cdf = log_probs.exp().cumsum_(-1)
     u = (1 - torch.rand(cdf.shape[0], 1, dtype=cdf.dtype, device=cdf.device)).mul_(cdf[:, -1:])
     return torch.searchsorted(cdf, u).squeeze(1)

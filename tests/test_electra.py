@@ -70,14 +70,17 @@ def test_replaced_tokens_are_1_sampled_right_are_0_and_specials_and_padding_neve
     assert m.train()(**{k: b[k] for k in MODEL_INPUTS}).disc_labels is None  # training: the counts alone
 
 
-def test_the_generator_samples_from_its_softmax_and_never_an_entry_of_probability_zero():
+def test_the_generator_samples_from_its_softmax_and_never_an_entry_of_probability_zero(monkeypatch):
     torch.manual_seed(0)
-    logits = torch.tensor([[0.0, 1.0, 2.0, -1.0, -1e4], [-1e4, 3.0, -1e4, -1e4, -1e4]])
+    logits = torch.tensor([[-1e4, 1.0, 2.0, -1.0, -1e4], [-1e4, 3.0, -1e4, -1e4, -1e4]])
     draws = sample_from(logits.log_softmax(-1).repeat(100_000, 1)).view(100_000, 2)
     freq = torch.stack([torch.bincount(draws[:, i], minlength=5).double() / len(draws) for i in range(2)])
     want = logits.double().softmax(-1)
     assert (freq - want).abs().max() < 0.005  # (binomial s.e. at most 0.0016)
-    assert freq[0, 4] == 0 and freq[1].tolist() == [0, 1, 0, 0, 0]
+    assert freq[0, 0] == freq[0, 4] == 0 and freq[1].tolist() == [0, 1, 0, 0, 0]
+    # the uniform's edge: a draw of 0 gives u = the total, the last entry that has probability (not index 4, or 0, at -1e4)
+    monkeypatch.setattr(torch, "rand", lambda *shape, **kw: torch.zeros(*shape, **kw))
+    assert sample_from(logits.log_softmax(-1)).tolist() == [3, 1]
 
 
 def test_the_embeddings_are_one_tensor_and_both_losses_train_it():
