@@ -5,8 +5,8 @@
 
 Both arms read the same shards: the `cpu` preset's corpus, vocabulary and long phase, with MLM-only instances
 (`shards.nsp=false`: ELECTRA has no use for random B segments; packed, since the shards stage builds no
-document instances without NSP), and the preset's model size, rows per step, lr and schedule. The MLM arm is `--objective mlm` for --steps optimizer steps; the ELECTRA arm (`--objective electra`,
-generator at --generator-size) gets the steps that cost the same time: --steps / (its step time / MLM's), the
+document instances without NSP), and the preset's model size, rows per step, lr and schedule. The MLM arm
+is `--objective mlm` for --steps optimizer steps; the ELECTRA arm (`--objective electra`, generator at --generator-size) gets the steps that cost the same time: --steps / (its step time / MLM's), the
 two step times measured first, one after the other, each alone (--time-steps steps after --time-skip, from
 the loop's own clock, which leaves out start-up and evaluation), with the load average recorded. Then NSMC-R
 and KorQuAD (the preset's settings and 128-token windows; KLUE tasks with --klue) fine-tune each pretrained
@@ -78,6 +78,7 @@ def main() -> None:
     from evals import korquad as korquad_stage
     from evals import nsmc as nsmc_stage
     from korbert import pretrain as pretrain_stage
+    from korbert.electra import SAMPLER
     from korbert.recipe import _cached, _folder_key, eval_key
 
     data = a.data or os.environ.get("KORBERT_DATA", "")
@@ -100,7 +101,7 @@ def main() -> None:
     # ELECTRA arm's steps. --time-only measures them afresh and leaves that file alone; delete it to re-time a run.
     timed = work / "step-times.json"
     what = {"pretrain": C.to_dict(cfgs["pretrain"]), "generator_size": a.generator_size, "time_steps": a.time_steps, "time_skip": a.time_skip,
-            "sampler": "inverse-cdf"}  # (times taken with the Gumbel-max sampler, before it, are not reused)
+            "sampler": SAMPLER}  # (times taken with another sampler, such as the Gumbel-max one before it, are not reused)
     old = json.loads(timed.read_text(encoding="utf-8")) if timed.is_file() and not a.time_only else {}
     times = old.get("times", {}) if old.get("what") == what and set(old.get("times", {})) == {"mlm", "electra"} else {}
     if times:

@@ -2,10 +2,11 @@
 
 A small generator (a masked LM, `--generator-size` of the discriminator's hidden size, heads and FFN, the
 same depth) fills the positions the shards' masking chose, whole-word and morpheme units included, by
-sampling from its softmax (one uniform draw per position, the cumulative sum inverted). The discriminator
-reads the text with those samples in place and scores every real token, [CLS] and [SEP] and padding left out: replaced (1) or original (0). A
-token the generator sampled right counts as original. Loss = generator MLM + `--disc-weight` x
-discriminator loss, each a mean over the global batch's tokens, as the loop normalizes BERT's.
+sampling from its softmax (one uniform draw per position, the cumulative sum inverted: SAMPLER). The
+discriminator reads the text with those samples in place and scores every real token, [CLS] and [SEP] and
+padding left out: replaced (1) or original (0). A token the generator sampled right counts as original.
+Loss = generator MLM + `--disc-weight` x discriminator loss, each a mean over the global batch's tokens, as
+the loop normalizes BERT's.
 
 The two are transformers' `ElectraForPreTraining` and `ElectraForMaskedLM` modules, so the export is
 `save_pretrained` of each (korbert/checkpoint.py: final/ and final/generator/). They share one embeddings
@@ -139,6 +140,9 @@ class KorElectraForPreTraining(torch.nn.Module):
         gen.load_state_dict(self.generator.state_dict())
         gen.generator_lm_head.weight = gen.electra.embeddings.word_embeddings.weight
         return disc, gen
+
+
+SAMPLER = "inverse-cdf"  # how sample_from draws (a record for what timed or trained with it: benchmarks/electra_vs_mlm.py)
 
 
 def sample_from(log_probs: torch.Tensor) -> torch.Tensor:
