@@ -260,3 +260,39 @@ def test_the_comparison_builds_shards_the_shards_stage_accepts_for_every_preset_
         _check(c)
         assert not c.nsp
     assert plan["cfgs"]["pretrain"].long_shards == (built[1].out if preset == "cpu" else "")
+
+
+def test_the_replacements_probe_scores_each_source_and_refuses_an_mlm_of_another_vocabulary(shards_dir, bert_dir, tmp_path, monkeypatch):
+    """benchmarks/electra_replacements.py on a 3-step export: every source replaces about 15% of the scored
+    tokens (never a special), each AUC is a probability; the baseline MLM must read the same vocabulary."""
+    import sys
+    from pathlib import Path
+
+    from conftest import load_benchmark
+
+    main(cfg(shards_dir, tmp_path / "electra", max_steps=3, **ELECTRA))
+    main(cfg(shards_dir, tmp_path / "mlm", max_steps=3, objective="mlm"))
+    test = Path(__file__).resolve().parent.parent / "corpus_tools" / "sample_data" / "nsmc_test.txt"
+    probe, out = load_benchmark("electra_replacements"), tmp_path / "probe.json"
+    base = ["electra_replacements.py", "--electra", str(tmp_path / "electra" / "final"), "--test", str(test), "--reviews", "300"]
+    monkeypatch.setattr(sys, "argv", [*base, "--mlm", str(tmp_path / "mlm" / "final"), "--out", str(out)])
+    probe.main()
+    r = json.loads(out.read_text())
+    assert set(r["sources"]) == {"generator", "unigram", "uniform"} and r["texts"]["reviews"] == 300
+    from transformers import AutoTokenizer
+
+    from corpus_tools.shard_format import first_normal_id
+
+    tok = AutoTokenizer.from_pretrained(tmp_path / "electra" / "final", trust_remote_code=True)
+    texts = [r[1] for r in (line.split("\t") for line in test.read_text(encoding="utf-8").splitlines()[1:]) if len(r) == 3 and len(r[1]) >= 30][:300]
+    ids = tok(texts, truncation=True, max_length=128)["input_ids"]
+    assert r["texts"]["tokens_scored"] == sum(i not in tok.all_special_ids for row in ids for i in row)
+    picked = r["texts"]["picked"] / r["texts"]["tokens_scored"]
+    assert 0.13 < picked < 0.17 and first_normal_id(tok) > len(tok.all_special_ids)  # (byte pieces sit between: uniform draws skip them)
+    for source, row in r["sources"].items():
+        assert row["replaced_share"] <= picked + 5e-5 and 0 <= row["auc_discriminator"] <= 1 and 0 <= row["auc_mlm_surprise"] <= 1
+        assert row["replaced_share"] > (0.99 if source == "uniform" else 0.5) * picked  # (a draw equal to the original is no replacement; the share is rounded to 4 places)
+    monkeypatch.setattr(sys, "argv", [*base, "--mlm", str(bert_dir), "--out", str(tmp_path / "other.json")])
+    with pytest.raises(SystemExit, match="another vocabulary"):
+        probe.main()
+    assert not (tmp_path / "other.json").exists()
