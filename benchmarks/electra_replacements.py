@@ -75,9 +75,11 @@ def main() -> None:
         x = ids.clone()
         if source == "generator":
             masked = ids.masked_fill(pick, tok.mask_token_id)
-            with torch.no_grad():
-                logits = torch.cat([gen(input_ids=b, attention_mask=m).logits for b, m in batches(masked)]).float()
-            x[pick] = torch.multinomial(logits[pick].softmax(-1), 1, generator=g).squeeze(1)
+            for i, (b, m) in zip(range(0, len(x), 100), batches(masked)):  # (a slice's (rows, length, vocabulary) logits at a time)
+                p = pick[i:i + 100]
+                with torch.no_grad():
+                    probs = gen(input_ids=b, attention_mask=m).logits[p].float().softmax(-1)
+                x[i:i + 100][p] = torch.multinomial(probs, 1, generator=g).squeeze(1)
         elif source == "unigram":
             x[pick] = torch.multinomial(freq, n, replacement=True, generator=g)
         else:
@@ -88,8 +90,8 @@ def main() -> None:
         row = {"replaced_share": round(float((labels == 1).sum() / (labels >= 0).sum()), 4), "auc_discriminator": rounded(auc(d.flatten(), labels.flatten()))}
         if mlm is not None:
             with torch.no_grad():
-                lp = torch.cat([mlm(input_ids=b, attention_mask=m).logits for b, m in batches(x)]).float().log_softmax(-1)
-            surprise = -lp.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+                surprise = torch.cat([-mlm(input_ids=b, attention_mask=m).logits.float().log_softmax(-1).gather(-1, b.unsqueeze(-1)).squeeze(-1)
+                                      for b, m in batches(x)])
             row["auc_mlm_surprise"] = rounded(auc(surprise.flatten(), labels.flatten()))
             both = None not in (row["auc_discriminator"], row["auc_mlm_surprise"]) and row["auc_mlm_surprise"]
             row["ratio_auc_discriminator_vs_mlm"] = round(row["auc_discriminator"] / row["auc_mlm_surprise"], 4) if both else None
