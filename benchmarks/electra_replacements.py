@@ -45,11 +45,11 @@ def main() -> None:
 
     from corpus_tools.artifacts import atomic_write_json, machine
     from corpus_tools.shard_format import first_normal_id
+    from evals.data import read_nsmc
     from korbert.electra import auc
 
     test = Path(a.test or Path(a.data or os.environ.get("KORBERT_DATA", "")) / "nsmc" / "ratings_test.txt")
-    rows = [line.split("\t") for line in test.read_text(encoding="utf-8").splitlines()[1:]]
-    texts = [r[1] for r in rows if len(r) == 3 and len(r[1]) >= 30][: a.reviews]
+    texts = [r.text for r in read_nsmc(test) if len(r.text) >= 30][: a.reviews]
     tok = AutoTokenizer.from_pretrained(a.electra, trust_remote_code=True)
     disc = ElectraForPreTraining.from_pretrained(a.electra).eval()
     gen = ElectraForMaskedLM.from_pretrained(str(Path(a.electra) / "generator")).eval()
@@ -66,8 +66,8 @@ def main() -> None:
     def rounded(v):  # (auc is None without both classes)
         return None if v is None else round(v, 4)
 
-    def batches(x):  # (the texts in slices of 100: memory, not results)
-        return [(x[i:i + 100], att[i:i + 100]) for i in range(0, len(x), 100)]
+    def batches(x):  # (the texts in slices of 100, each with its rows: memory, not results)
+        return [(slice(i, i + 100), x[i:i + 100], att[i:i + 100]) for i in range(0, len(x), 100)]
 
     results = {}
     for k, source in enumerate(("generator", "unigram", "uniform")):
@@ -75,23 +75,22 @@ def main() -> None:
         x = ids.clone()
         if source == "generator":
             masked = ids.masked_fill(pick, tok.mask_token_id)
-            for i, (b, m) in zip(range(0, len(x), 100), batches(masked)):  # (a slice's (rows, length, vocabulary) logits at a time)
-                p = pick[i:i + 100]
+            for rows, b, m in batches(masked):  # (a slice's (rows, length, vocabulary) logits at a time)
                 with torch.no_grad():
-                    probs = gen(input_ids=b, attention_mask=m).logits[p].float().softmax(-1)
-                x[i:i + 100][p] = torch.multinomial(probs, 1, generator=g).squeeze(1)
+                    probs = gen(input_ids=b, attention_mask=m).logits[pick[rows]].float().softmax(-1)
+                x[rows][pick[rows]] = torch.multinomial(probs, 1, generator=g).squeeze(1)
         elif source == "unigram":
             x[pick] = torch.multinomial(freq, n, replacement=True, generator=g)
         else:
             x[pick] = torch.randint(first_normal_id(tok), len(tok), (n,), generator=g)
         labels = torch.where(specials, -1.0, (x != ids).float())
         with torch.no_grad():
-            d = torch.cat([disc(input_ids=b, attention_mask=m).logits for b, m in batches(x)]).float()
+            d = torch.cat([disc(input_ids=b, attention_mask=m).logits for _, b, m in batches(x)]).float()
         row = {"replaced_share": round(float((labels == 1).sum() / (labels >= 0).sum()), 4), "auc_discriminator": rounded(auc(d.flatten(), labels.flatten()))}
         if mlm is not None:
             with torch.no_grad():
                 surprise = torch.cat([-mlm(input_ids=b, attention_mask=m).logits.float().log_softmax(-1).gather(-1, b.unsqueeze(-1)).squeeze(-1)
-                                      for b, m in batches(x)])
+                                      for _, b, m in batches(x)])
             row["auc_mlm_surprise"] = rounded(auc(surprise.flatten(), labels.flatten()))
             both = None not in (row["auc_discriminator"], row["auc_mlm_surprise"]) and row["auc_mlm_surprise"]
             row["ratio_auc_discriminator_vs_mlm"] = round(row["auc_discriminator"] / row["auc_mlm_surprise"], 4) if both else None

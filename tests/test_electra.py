@@ -282,9 +282,10 @@ def test_the_replacements_probe_scores_each_source_and_refuses_an_mlm_of_another
     from transformers import AutoTokenizer
 
     from corpus_tools.shard_format import first_normal_id
+    from evals.data import read_nsmc
 
     tok = AutoTokenizer.from_pretrained(tmp_path / "electra" / "final", trust_remote_code=True)
-    texts = [r[1] for r in (line.split("\t") for line in test.read_text(encoding="utf-8").splitlines()[1:]) if len(r) == 3 and len(r[1]) >= 30][:300]
+    texts = [r.text for r in read_nsmc(test) if len(r.text) >= 30][:300]
     ids = tok(texts, truncation=True, max_length=128)["input_ids"]
     assert r["texts"]["tokens_scored"] == sum(i not in tok.all_special_ids for row in ids for i in row)
     picked = r["texts"]["picked"] / r["texts"]["tokens_scored"]
