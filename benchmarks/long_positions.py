@@ -124,14 +124,14 @@ def reused_shards(work: Path, arm: str, sets: list[str], run: Path) -> list[str]
     return out
 
 
-def eval_configs(run: Path, seed: int) -> dict:
+def eval_configs(run: Path, seed: int, saved: dict | None = None) -> dict:
     """{name: config} of one seed: korquad at 128 and at 384 (matched steps) and NSMC-R, model and control, and the
-    model's korquad at 384 by epochs (korquad384_epochs)."""
+    model's korquad at 384 by epochs (korquad384_epochs). `saved`: the run's recipe-config.json (default: read it)."""
     from evals import features as F
     from evals.korquad import KorquadConfig
     from evals.nsmc import NsmcConfig
 
-    saved = json.loads((run / "recipe-config.json").read_text(encoding="utf-8"))
+    saved = saved or json.loads((run / "recipe-config.json").read_text(encoding="utf-8"))
     out = {}
     for task, cls in (("nsmc", NsmcConfig), ("korquad", KorquadConfig)):
         for side in ("", "_control"):
@@ -164,6 +164,119 @@ def run_evals(run: Path, seeds: list[int], force: bool, tasks: list[str] | None 
             if skipped:
                 print(f"up to date ({c.out})")
     return done
+
+
+STAGES = ROOT / "benchmarks" / "results" / "long-positions-cpu" / "stages"  # committed eval markers, by arm and folder
+CONTROL_TASKS = [t for t in TASKS if t.endswith("_control")]
+STAND_IN = "control-stand-in"  # the manifest kind of a final/ that holds what a control reads, and no weights
+
+
+def keep_stages(run: Path, done: dict, stages: Path) -> list[str]:
+    """Copy each eval's marker (recipe-stage.json: its key and result) under stages/ARM/, by its folder's path
+    within the run: a session on a fresh machine restores them (restore_stages) and reruns none whose key still
+    holds. Returns the paths written."""
+    from corpus_tools.artifacts import atomic_write_bytes
+
+    out = []
+    if done:  # (what --collect --committed rebuilds the configs, and so the folders and commands, from)
+        atomic_write_bytes(stages / run.name / "recipe-config.json", (run / "recipe-config.json").read_bytes())
+    for (name, seed), (_, _) in sorted(done.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        c = eval_configs(run, seed)[name]
+        rel = Path(c.out).relative_to(run)
+        target = stages / run.name / rel / "recipe-stage.json"
+        atomic_write_bytes(target, (Path(c.out) / "recipe-stage.json").read_bytes())
+        out.append(str(target))
+    return out
+
+
+def restore_stages(run: Path, stages: Path) -> int:
+    """Put the committed markers of this arm back into its run folder (never over one the run holds). `_cached` then
+    reuses a result only where the key it computes now (config, model folder's files, input files) is the marker's."""
+    n = 0
+    for marker in sorted((stages / run.name).rglob("recipe-stage.json")) if (stages / run.name).is_dir() else []:
+        target = run / marker.relative_to(stages / run.name)
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(marker, target)
+            n += 1
+    return n
+
+
+def stand_in_final(run: Path, saved: dict, manifest: Path) -> Path:
+    """The arm's final/ as a control reads it, without pretraining: config.json and the tokenizer files, made as
+    the export makes them (korbert.checkpoint.model_config and export, for the preset's model over its vocabulary)
+    and checked byte for byte against `manifest`, the committed final/manifest.json of the arm's real pretraining.
+    No weights: open_folder refuses it for a pretrained model's eval, and its manifest's kind is not a model's,
+    so a pretraining in this run still runs and replaces it."""
+    from corpus_tools.artifacts import atomic_write_json, sha256_file
+    from korbert import foreign
+    from korbert.checkpoint import export, model_config
+    from korbert.model import KorBertForPreTraining
+    from korbert.pretrain_config import PretrainConfig
+
+    pc = PretrainConfig(**saved["pretrain"])
+    final = Path(pc.out) / "final"
+    want = json.loads(manifest.read_text(encoding="utf-8"))
+    tok = foreign.load(saved["vocab"]["out"], saved["vocab"]["out"])
+    length = max(saved["shards"]["max_seq_len"], saved.get("shards_long", {}).get("max_seq_len", 0))
+    tmp = final.with_name("final.stand-in")
+    shutil.rmtree(tmp, ignore_errors=True)
+    export(KorBertForPreTraining(model_config(pc, None, None, False, len(tok), length)), tok, tmp, {"trained_seq_len": want["trained_seq_len"]})
+    for name in ("model.safetensors", "manifest.json", "README.md"):
+        (tmp / name).unlink(missing_ok=True)
+    files = sorted(p.name for p in tmp.iterdir() if p.is_file())
+    got = {n: sha256_file(tmp / n) for n in files}
+    differ = [n for n in files if got[n] != want["files"].get(n)]
+    if differ or set(want["files"]) - {"model.safetensors"} != set(files):
+        raise SystemExit(f"{tmp}: not {manifest}'s final/ (files that differ or are missing: "
+                         f"{differ or sorted(set(want['files']) - set(files) - {'model.safetensors'})}): its controls would not be that run's")
+    atomic_write_json(tmp / "manifest.json", {"kind": STAND_IN, "format_version": 1, "matches": str(manifest), "files": got})
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    return final
+
+
+def controls_only(args) -> dict:
+    """The arm's controls alone (same architecture, random init: no shards, no pretraining), for a session too
+    short for the whole arm: the recipe's config and vocabulary, a stand-in final/ checked against
+    --final-manifest (stand_in_final), the control fine-tunings of every seed, their markers kept under --stages."""
+    from corpus_tools import config as C
+    from corpus_tools import vocab as vocab_stage
+    from corpus_tools.artifacts import atomic_write_json, read_manifest
+    from korbert.recipe import RecipeConfig, stage_configs
+
+    run = arm_paths(Path(args.work), args.arm)
+    cmd = recipe_command(args, run, (args.after_set if args.arm == "after" else []) + args.set)
+    cfg = C.parse(RecipeConfig, cmd[cmd.index("run") + 1:], prog="korbert run")
+    cfgs = stage_configs(cfg)["cfgs"]
+    saved = {"recipe": C.to_dict(cfg), **{k: C.to_dict(v) for k, v in cfgs.items()}}
+    if (run / "recipe-config.json").is_file():  # (one the recipe wrote, with --preprocess-only or without)
+        def stages(d):
+            return {**d, "recipe": {k: v for k, v in d["recipe"].items() if k != "preprocess_only"}}
+
+        if stages(json.loads((run / "recipe-config.json").read_text(encoding="utf-8"))) != stages(saved):
+            raise SystemExit(f"{run / 'recipe-config.json'} holds another configuration than {shlex.join(cmd[3:])}: use another --work")
+    else:
+        run.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(run / "recipe-config.json", saved)  # (what the recipe writes first: eval_configs reads it)
+    vocab_stage.main(cfgs["vocab"])
+    final = Path(cfgs["pretrain"].out) / "final"
+    try:
+        kind = read_manifest(final, "model")["kind"]
+    except (FileNotFoundError, ValueError):
+        kind = None
+    made = kind != "model"
+    if made:
+        print(f"{stand_in_final(run, saved, Path(args.final_manifest))}: a stand-in for the controls (config and tokenizer "
+              f"files equal to {args.final_manifest}'s)", flush=True)
+    try:
+        done = run_evals(run, args.seeds, args.force, CONTROL_TASKS)
+    finally:
+        if made:
+            shutil.rmtree(final, ignore_errors=True)
+    kept = keep_stages(run, done, Path(args.stages))
+    print(f"controls: {len(kept)} markers under {args.stages}/{run.name}", flush=True)
+    return {f"{name}-seed{seed}": r["metrics"] for (name, seed), (r, _) in done.items()}
 
 
 def positions(args, run: Path, work: Path) -> tuple[dict, list[str]]:
@@ -209,6 +322,85 @@ def ratios(r: dict) -> dict:
     return out
 
 
+def per_seed(evals: dict) -> dict:
+    """{"model": {figure: {seed: value}}, "control": ...} of run_evals' results: NSMC-R accuracy, KorQuAD EM, F1
+    and optimizer steps by window (128, 384, 384_epochs)."""
+    per = {"model": {}, "control": {}}
+    for (name, seed), (r, _) in evals.items():
+        side = "control" if name.endswith("_control") else "model"
+        task = name.removesuffix("_control")
+        if task == "nsmc":
+            per[side].setdefault("nsmc", {})[seed] = round(100 * r["metrics"]["accuracy"], 2)
+        else:
+            w = {"korquad": "128", "korquad384": "384", "korquad384_epochs": "384_epochs"}[task]
+            per[side].setdefault(f"korquad_f1_{w}", {})[seed] = round(r["metrics"]["f1"], 2)
+            per[side].setdefault(f"korquad_em_{w}", {})[seed] = round(r["metrics"]["exact_match"], 2)
+            per[side].setdefault(f"korquad_steps_{w}", {})[seed] = r["training"]["steps"]
+    return {side: {k: dict(sorted(v.items())) for k, v in sorted(figs.items())} for side, figs in per.items()}
+
+
+def record(pos: dict, evals: dict, pm: dict, sets: list[str], precision: str, commands: list[str]) -> dict:
+    """An arm's record: its position measure, the means and per-seed values of its fine-tunings and its
+    control's, its pretraining (final/manifest.json: `pm`), its settings and commands."""
+    per = per_seed(evals)
+    seeds = sorted({seed for _, seed in evals})
+    return {
+        "mlm_acc_by_position": pos["mlm_acc_by_position"], "mlm_acc_128_reference": pos["mlm_acc_128_reference"],
+        "gap_se": pos.get("gap_se"), "masked_tokens": pos["masked_tokens"], "position_windows": pos["windows"], "texts": {k: pos["texts"][k] for k in ("path", "sha256", "documents")},
+        **{k: summary(v)["mean"] for k, v in per["model"].items() if not k.startswith("korquad_steps")},
+        **({} if not evals else {"per_seed": {k: summary(v) for k, v in per["model"].items()},
+                                 "control": {k: summary(v) for k, v in per["control"].items()}, "seeds": seeds}),
+        "settings": sets, "precision": precision,
+        "pretrain": {k: pm.get(k) for k in ("step", "tokens", "seconds", "run_key", "trained_seq_len", "long_steps", "long_phase", "hardware", "eval")},
+        "commands": commands,
+    }
+
+
+def committed_arm(name: str, results: Path, stages: Path, seeds: list[int]) -> dict:
+    """An arm's record from what was committed, for sessions on fresh machines that keep no run folders: its
+    position measure (NAME-positions.json), its final/manifest.json (NAME-pretrain-manifest.json), and each
+    fine-tuning of `seeds` that has a kept marker (stages/NAME/, in the folders its recipe config names) or a
+    result file an earlier session committed (NAME-TASK-seedS.json). An arm with no control of its own takes the
+    before arm's where its final/ held the same config.json and tokenizer files (so the same control)."""
+    from evals.korquad import KorquadConfig
+    from evals.nsmc import NsmcConfig
+    from evals.positions import PositionsConfig
+    from korbert.pretrain_config import PretrainConfig
+
+    def known(cls, d):  # (a manifest's config also records what the run added, e.g. world_size)
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+    saved = json.loads((stages / name / "recipe-config.json").read_text(encoding="utf-8")) if (stages / name / "recipe-config.json").is_file() else None
+    pm = json.loads((results / f"{name}-pretrain-manifest.json").read_text(encoding="utf-8"))
+    pos = json.loads((results / f"{name}-positions.json").read_text(encoding="utf-8"))
+    run = Path(pm["config"]["out"]).parent  # (the run folder its configs name, as its recipe laid it out)
+    evals = {}
+    for seed in seeds:
+        configs = eval_configs(run, seed, saved) if saved else {}
+        for task in TASKS:
+            marker = stages / name / Path(configs[task].out).relative_to(run) / "recipe-stage.json" if task in configs else None
+            plain = results / f"{name}-{task}-seed{seed}.json"
+            if marker is not None and marker.is_file():
+                r = json.loads(marker.read_text(encoding="utf-8"))["result"]
+            elif plain.is_file():
+                r = json.loads(plain.read_text(encoding="utf-8"))
+            else:
+                continue
+            tool = "nsmc" if task.startswith("nsmc") else "korquad"
+            evals[(task, seed)] = (r, command(known(NsmcConfig if tool == "nsmc" else KorquadConfig, r["config"]), tool))  # (the config it ran)
+    arm_file = results / f"{name}-arm.json"
+    old = json.loads(arm_file.read_text(encoding="utf-8")) if arm_file.is_file() else {}
+    ran = old.get("commands") or [command(known(PretrainConfig, pm["config"]), "", tool="pretrain"), command(known(PositionsConfig, pos["config"]), "positions")]
+    out = record(pos, evals, pm, old.get("settings", []), old.get("precision") or pm.get("precision_used"),
+                 [*ran, *sorted({c for _, c in evals.values()} - set(ran))])
+    if name != "before" and not out.get("control", {}).get("korquad_f1_128") and (stages / "before").is_dir():
+        bm = json.loads((results / "before-pretrain-manifest.json").read_text(encoding="utf-8"))
+        if {k: v for k, v in pm["files"].items() if k != "model.safetensors"} == {k: v for k, v in bm["files"].items() if k != "model.safetensors"}:
+            out["control"] = committed_arm("before", results, stages, seeds).get("control", {})
+            out["control_from"] = "before (its final/ held the same config.json and tokenizer files: the same control)"
+    return out
+
+
 def arm(args) -> dict:
     from korbert.folders import tokenizer_files_sha256
     from korbert.runtime import resolve_precision
@@ -216,6 +408,9 @@ def arm(args) -> dict:
     work = Path(args.work)
     run = arm_paths(work, args.arm)
     sets = (args.after_set if args.arm == "after" else []) + args.set
+    restored = restore_stages(run, Path(args.stages))  # (before the recipe: its own seed's evals read them too)
+    if restored:
+        print(f"{run}: {restored} eval markers restored from {args.stages} (each reused only if its key holds)", flush=True)
     cmd = recipe_command(args, run, sets + reused_shards(work, args.arm, sets, run))
     first = arm_paths(work, "before") / "vocab"
     preprocess = [*cmd[:cmd.index("--set")], "--preprocess-only", *cmd[cmd.index("--set"):]]
@@ -246,28 +441,9 @@ def arm(args) -> dict:
         ran = [shlex.join(["korbert", *cmd[3:]])]
     pos, pos_cmds = positions(args, run, work)  # (first: the arm's own figure, minutes, before hours of fine-tuning)
     evals = run_evals(run, args.seeds, args.force, args.tasks) if args.tasks or not args.positions_only else {}
-    per = {"model": {}, "control": {}}
-    for (name, seed), (r, _) in evals.items():
-        side = "control" if name.endswith("_control") else "model"
-        task = name.removesuffix("_control")
-        if task == "nsmc":
-            per[side].setdefault("nsmc", {})[seed] = round(100 * r["metrics"]["accuracy"], 2)
-        else:
-            w = {"korquad": "128", "korquad384": "384", "korquad384_epochs": "384_epochs"}[task]
-            per[side].setdefault(f"korquad_f1_{w}", {})[seed] = round(r["metrics"]["f1"], 2)
-            per[side].setdefault(f"korquad_em_{w}", {})[seed] = round(r["metrics"]["exact_match"], 2)
-            per[side].setdefault(f"korquad_steps_{w}", {})[seed] = r["training"]["steps"]
+    keep_stages(run, evals, Path(args.stages))
     pm = json.loads((run / "pretrain" / "final" / "manifest.json").read_text(encoding="utf-8"))
-    out = {
-        "mlm_acc_by_position": pos["mlm_acc_by_position"], "mlm_acc_128_reference": pos["mlm_acc_128_reference"],
-        "gap_se": pos.get("gap_se"), "masked_tokens": pos["masked_tokens"], "position_windows": pos["windows"], "texts": {k: pos["texts"][k] for k in ("path", "sha256", "documents")},
-        **{k: summary(v)["mean"] for k, v in per["model"].items() if not k.startswith("korquad_steps")},
-        **({} if not evals else {"per_seed": {k: summary(v) for k, v in per["model"].items()},
-                                           "control": {k: summary(v) for k, v in per["control"].items()}, "seeds": args.seeds}),
-        "settings": sets, "precision": resolve_precision(args.precision, cuda=False),
-        "pretrain": {k: pm.get(k) for k in ("step", "tokens", "seconds", "run_key", "trained_seq_len", "long_steps", "long_phase", "hardware", "eval")},
-        "commands": [*ran, *sorted({c for _, c in evals.values()}), *pos_cmds],
-    }
+    out = record(pos, evals, pm, sets, resolve_precision(args.precision, cuda=False), [*ran, *sorted({c for _, c in evals.values()}), *pos_cmds])
     (run / "long-positions-arm.json").write_text(json.dumps(out, indent=1, ensure_ascii=False))
     print(f"\n{args.arm}: {json.dumps({k: out[k] for k in ('mlm_acc_by_position', 'mlm_acc_128_reference')})}")
     return out
@@ -277,9 +453,18 @@ def collect(args) -> dict:
     from corpus_tools.artifacts import atomic_write_json, machine, versions
 
     work = Path(args.work)
-    arms = {a: json.loads((arm_paths(work, a) / "long-positions-arm.json").read_text(encoding="utf-8")) for a in ("before", "after")}
-    others = {d.name: json.loads((d / "long-positions-arm.json").read_text(encoding="utf-8")) for d in sorted(work.iterdir())
-              if d.name not in arms and (d / "long-positions-arm.json").is_file()}
+    if args.committed:  # from the committed files: --committed NAME names the arm that stands as `after`
+        results = Path(args.stages).parent
+        names = sorted(p.name.removesuffix("-positions.json") for p in results.glob("*-positions.json"))
+        if "before" not in names or args.committed not in names:
+            raise SystemExit(f"--committed {args.committed}: {results} holds the position measures of {names}; before and it are needed")
+        got = {a: committed_arm(a, results, Path(args.stages), args.seeds) for a in names}
+        arms = {"before": got.pop("before"), "after": {**got.pop(args.committed), "arm": args.committed}}
+        others = got
+    else:
+        arms = {a: json.loads((arm_paths(work, a) / "long-positions-arm.json").read_text(encoding="utf-8")) for a in ("before", "after")}
+        others = {d.name: json.loads((d / "long-positions-arm.json").read_text(encoding="utf-8")) for d in sorted(work.iterdir())
+                  if d.name not in arms and (d / "long-positions-arm.json").is_file()}
     precisions = {a: r.get("precision") for a, r in {**arms, **others}.items()}
     if len(set(precisions.values())) > 1:
         raise SystemExit(f"the arms pretrained in other precisions ({precisions}): run them with the same --precision on the same kind of CPU")
@@ -290,7 +475,9 @@ def collect(args) -> dict:
         "preset": "demo (smoke)" if args.smoke else "cpu", "steps": args.steps,
         **{a: {**r, **rat[a]} for a, r in arms.items()},
         **({"decomposition": {a: {**r, **rat[a]} for a, r in others.items()}} if others else {}),
-        "machine": machine(), "versions": versions(),
+        "machine": machine() if not args.committed else {  # (each fine-tuning's own is in its result file)
+            "collected_on": machine(), "pretrained_on": {a: r["pretrain"].get("hardware") for a, r in {**arms, **others}.items()}},
+        "versions": versions(),
     }
     keys = list(dict.fromkeys(k for got in rat.values() for k in got))
     print("arm".ljust(12) + "".join(k.removeprefix("ratio_").rjust(26) for k in keys))
@@ -305,6 +492,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arm", help="before, after (with --after-set), or any name for one more arm with its own --set (e.g. schedule)")
     ap.add_argument("--collect", action="store_true")
+    ap.add_argument("--committed", metavar="ARM", default="",
+                    help="with --collect: read the arms from the committed files beside --stages (no run folders), ARM standing as `after`")
     ap.add_argument("--steps", type=int, default=10000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[RECIPE_SEED, 43, 44])
     ap.add_argument("--data", default="")
@@ -319,16 +508,24 @@ def main(argv: list[str] | None = None) -> dict:
                     help="the recipe's preprocessing and pretraining, then the position measure: no fine-tuning (the decomposition's arms)")
     ap.add_argument("--tasks", nargs="+", choices=TASKS,
                     help="only these fine-tunings (e.g. nsmc beside --positions-only: a candidate's cost at 128 before its full arm)")
+    ap.add_argument("--controls-only", action="store_true",
+                    help="the arm's control fine-tunings alone, on a stand-in of its final/ (no pretraining) checked against --final-manifest")
+    ap.add_argument("--final-manifest", default="", help="with --controls-only: the committed final/manifest.json of the arm's pretraining")
+    ap.add_argument("--stages", default=str(STAGES), help="where each eval's marker (key and result) is kept, and restored from (default: %(default)s)")
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
-    if args.smoke and args.result.startswith(str(ROOT / "benchmarks")):
-        raise SystemExit("--smoke: pass --result outside benchmarks/results (a smoke run is not a measurement)")
+    if args.smoke and (args.result.startswith(str(ROOT / "benchmarks")) or str(Path(args.stages).resolve()).startswith(str(ROOT / "benchmarks"))):
+        raise SystemExit("--smoke: pass --result and --stages outside benchmarks/results (a smoke run is not a measurement)")
     if args.collect:
         return collect(args)
     if not args.arm:
         ap.error("--arm before|after, or --collect")
     if args.tasks and args.arm in ("before", "after"):
         ap.error("--tasks is for the decomposition's arms: before and after run every fine-tuning (--collect reads them whole)")
+    if args.controls_only:
+        if not args.final_manifest:
+            ap.error("--controls-only needs --final-manifest (the arm's committed final/manifest.json)")
+        return controls_only(args)
     if args.positions_only and args.arm in ("before", "after"):
         ap.error("--positions-only is for the decomposition's arms: before and after are fine-tuned too")
     return arm(args)

@@ -14,7 +14,7 @@ from corpus_tools.text import InputError
 from korbert.checkpoint import run_key
 from korbert.pretrain import Trainer, main
 from korbert.pretrain_config import PretrainConfig
-from test_pretrain import cfg, long_shards_dir, losses, weights  # noqa: F401 (long_shards_dir: a fixture)
+from test_pretrain import TINY, cfg, long_shards_dir, losses, weights  # noqa: F401 (long_shards_dir: a fixture)
 
 POS = "bert.embeddings.position_embeddings.weight"
 
@@ -342,3 +342,104 @@ def test_an_arm_run_for_later_seeds_keeps_the_recipe_at_the_first(tmp_path):
     args = argparse.Namespace(steps=10, precision="auto", seeds=[43, 44], smoke=False, data="", workers=0)
     cmd = lp.recipe_command(args, tmp_path / "arm", [])
     assert "nsmc.seed=42" in cmd and "korquad.seed=42" in cmd and not any("seed=43" in c for c in cmd)
+
+
+def test_a_control_stand_in_holds_what_the_real_export_holds_and_the_kept_markers_come_back(shards_dir, long_shards_dir, vocab_dir, tmp_path):
+    """benchmarks/long_positions.py --controls-only: the stand-in final/ (no pretraining) has the config.json and
+    tokenizer files a real run's export wrote, byte for byte, so a control keyed on it is that run's control; it
+    holds no weights and its manifest is no model's, so a pretraining in the same folder still runs and replaces
+    it. A model of another shape is refused. The kept markers go back into a fresh run folder, never over one
+    it holds."""
+    from dataclasses import asdict
+
+    from conftest import load_benchmark
+    from korbert.folders import open_folder
+
+    lp = load_benchmark("long_positions")
+    c = cfg(shards_dir, tmp_path / "real", long_shards=str(long_shards_dir), long_phase=0.3)
+    main(c)
+    manifest = tmp_path / "real" / "final" / "manifest.json"
+    saved = {"pretrain": {**asdict(c), "out": str(tmp_path / "stand" / "pretrain")}, "vocab": {"out": str(vocab_dir)},
+             "shards": {"max_seq_len": 128}, "shards_long": {"max_seq_len": 256}}
+    final = lp.stand_in_final(tmp_path / "stand", saved, manifest)
+    assert not (final / "model.safetensors").exists()
+    assert json.loads((final / "manifest.json").read_text())["kind"] == lp.STAND_IN
+    real = open_folder(str(tmp_path / "real" / "final"))
+    stand = open_folder(str(final), weights=False)
+    assert stand.tokenizer_sha256 == real.tokenizer_sha256
+    assert (final / "config.json").read_bytes() == (tmp_path / "real" / "final" / "config.json").read_bytes()
+    with pytest.raises(InputError, match="no model.safetensors"):
+        open_folder(str(final))  # (a pretrained model's eval cannot read it)
+    r = main(PretrainConfig(**saved["pretrain"]))  # a pretraining there is not fooled by it
+    assert r["step"] == 10 and (final / "model.safetensors").is_file()
+    wider = {**saved, "pretrain": {**saved["pretrain"], "out": str(tmp_path / "wide"), "override": ["hidden_size=96", *TINY[1:]]}}
+    with pytest.raises(SystemExit, match="config.json"):
+        lp.stand_in_final(tmp_path / "wide", wider, manifest)
+
+    stages, run = tmp_path / "stages", tmp_path / "work" / "before"
+    (stages / "before" / "nsmc" / "control").mkdir(parents=True)
+    (stages / "before" / "nsmc" / "control" / "recipe-stage.json").write_text('{"key": "k", "result": {}}')
+    (stages / "before" / "seed-43" / "korquad" / "control").mkdir(parents=True)
+    (stages / "before" / "seed-43" / "korquad" / "control" / "recipe-stage.json").write_text('{"key": "k43", "result": {}}')
+    (run / "nsmc" / "control").mkdir(parents=True)
+    (run / "nsmc" / "control" / "recipe-stage.json").write_text('{"key": "mine", "result": {}}')
+    assert lp.restore_stages(run, stages) == 1 and lp.restore_stages(tmp_path / "work" / "after", stages) == 0
+    assert json.loads((run / "nsmc" / "control" / "recipe-stage.json").read_text())["key"] == "mine"
+    assert json.loads((run / "seed-43" / "korquad" / "control" / "recipe-stage.json").read_text())["key"] == "k43"
+
+
+def test_collect_from_the_committed_files_reads_markers_and_results_and_shares_a_control_only_between_equal_folders(tmp_path):
+    """--collect --committed ARM: each arm from its committed position measure, final/ manifest, kept markers (in
+    the folders its recipe config names) and result files; ARM stands as `after`, and takes the before arm's
+    control when its final/ held the same config.json and tokenizer files, not when they differ."""
+    from conftest import load_benchmark
+
+    lp = load_benchmark("long_positions")
+    results = tmp_path / "results"
+    stages = results / "stages"
+    buckets = ("0-127", "128-255", "256-383", "384-511")
+
+    def arm(name, acc, files):
+        run = f"runs/lp/{name}"
+        pos = {"mlm_acc_by_position": dict(zip(buckets, acc)), "mlm_acc_128_reference": dict.fromkeys(buckets, 0.25), "gap_se": {},
+               "masked_tokens": dict.fromkeys(buckets, 9), "windows": 3, "texts": {"path": "t", "sha256": "x", "documents": 1},
+               "config": {"model": f"{run}/pretrain/final", "texts": "t", "out": f"{run}/positions"}}
+        (results / f"{name}-positions.json").write_text(json.dumps(pos))
+        pm = {"config": {"shards": "s", "out": f"{run}/pretrain"}, "files": {"config.json": files, "model.safetensors": name},
+              "precision_used": "bf16", "step": 10}
+        (results / f"{name}-pretrain-manifest.json").write_text(json.dumps(pm))
+        return run
+
+    def result(task, f1_or_acc, seed, out, control=False):
+        cfg = {"model": "m", "out": out, "seed": seed, "control": control}
+        if task == "nsmc":
+            return {"metrics": {"accuracy": f1_or_acc}, "config": cfg}
+        return {"metrics": {"f1": f1_or_acc, "exact_match": f1_or_acc / 2}, "training": {"steps": 100}, "config": cfg}
+
+    def marker(name, rel, r):
+        (stages / name / rel).mkdir(parents=True, exist_ok=True)
+        (stages / name / rel / "recipe-stage.json").write_text(json.dumps({"key": "k", "result": r}))
+
+    results.mkdir()
+    run = arm("before", [0.25, 0.125, 0.125, 0.1], "same")
+    saved = {t: {"model": f"{run}/pretrain/final", "out": f"{run}/{t.split('_')[0]}/{'control' if 'control' in t else 'model'}",
+                 "control": "control" in t, "seed": 42} for t in ("nsmc", "nsmc_control", "korquad", "korquad_control")}
+    (stages / "before").mkdir(parents=True)
+    (stages / "before" / "recipe-config.json").write_text(json.dumps(saved))
+    marker("before", "korquad/control", result("korquad", 7.0, 42, "o", True))
+    marker("before", "seed-43/korquad/control", result("korquad", 9.0, 43, "o", True))
+    marker("before", "seed-43/korquad384/control", result("korquad", 8.0, 43, "o", True))
+    marker("before", "korquad/model", result("korquad", 12.0, 42, "o"))
+    (results / "before-nsmc-seed42.json").write_text(json.dumps(result("nsmc", 0.8444, 42, f"{run}/nsmc/model")))
+    arm("cand", [0.25, 0.25, 0.25, 0.25], "same")
+    (results / "cand-nsmc-seed43.json").write_text(json.dumps(result("nsmc", 0.84, 43, "o")))
+    arm("other", [0.25, 0.2, 0.2, 0.2], "another")
+    out = tmp_path / "r.json"
+    got = lp.main(["--collect", "--committed", "cand", "--stages", str(stages), "--result", str(out), "--seeds", "42", "43"])
+    b, a = got["before"], got["after"]
+    assert b["control"]["korquad_f1_128"] == {"mean": 8.0, "range": [7.0, 9.0], "seeds": {42: 7.0, 43: 9.0}}
+    assert b["control"]["korquad_f1_384"]["seeds"] == {43: 8.0} and b["korquad_f1_128"] == 12.0 and b["nsmc"] == 84.44
+    assert a["arm"] == "cand" and a["nsmc"] == 84.0 and a["control"] == b["control"] and "control_from" in a
+    assert got["decomposition"]["other"].get("control", {}) == {} and "control_from" not in got["decomposition"]["other"]
+    assert a["ratio_position_128-255"] == 1.0 and json.loads(out.read_text())["after"]["arm"] == "cand"
+    assert any(c.startswith("korbert pretrain") for c in b["commands"]) and any(c.startswith("korbert eval korquad") for c in b["commands"])
