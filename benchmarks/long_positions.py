@@ -180,8 +180,9 @@ def keep_stages(run: Path, done: dict, stages: Path) -> list[str]:
     out = []
     if done:  # (what --collect --committed rebuilds the configs, and so the folders and commands, from)
         atomic_write_bytes(stages / run.name / "recipe-config.json", (run / "recipe-config.json").read_bytes())
+    configs = {seed: eval_configs(run, seed) for seed in sorted({seed for _, seed in done})}  # (read once per seed)
     for (name, seed), (_, _) in sorted(done.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        c = eval_configs(run, seed)[name]
+        c = configs[seed][name]
         rel = Path(c.out).relative_to(run)
         target = stages / run.name / rel / "recipe-stage.json"
         atomic_write_bytes(target, (Path(c.out) / "recipe-stage.json").read_bytes())
@@ -391,7 +392,7 @@ def committed_arm(name: str, results: Path, stages: Path, seeds: list[int]) -> d
     arm_file = results / f"{name}-arm.json"
     old = json.loads(arm_file.read_text(encoding="utf-8")) if arm_file.is_file() else {}
     ran = old.get("commands") or [command(known(PretrainConfig, pm["config"]), "", tool="pretrain"), command(known(PositionsConfig, pos["config"]), "positions")]
-    out = record(pos, evals, pm, old.get("settings", []), old.get("precision") or pm.get("precision_used"),
+    out = record(pos, evals, pm, old.get("settings", []), old.get("precision") or pm["config"].get("precision_used"),
                  [*ran, *sorted({c for _, c in evals.values()} - set(ran))])
     if name != "before" and not out.get("control", {}).get("korquad_f1_128") and (stages / "before").is_dir():
         bm = json.loads((results / "before-pretrain-manifest.json").read_text(encoding="utf-8"))
@@ -460,7 +461,7 @@ def collect(args) -> dict:
             raise SystemExit(f"--committed {args.committed}: {results} holds the position measures of {names}; before and it are needed")
         got = {a: committed_arm(a, results, Path(args.stages), args.seeds) for a in names}
         arms = {"before": got.pop("before"), "after": {**got.pop(args.committed), "arm": args.committed}}
-        others = got
+        others = {(f"{a} (earlier arm)" if a == "after" else a): r for a, r in got.items()}  # (its name now stands for ARM)
     else:
         arms = {a: json.loads((arm_paths(work, a) / "long-positions-arm.json").read_text(encoding="utf-8")) for a in ("before", "after")}
         others = {d.name: json.loads((d / "long-positions-arm.json").read_text(encoding="utf-8")) for d in sorted(work.iterdir())

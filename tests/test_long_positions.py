@@ -406,7 +406,8 @@ def test_collect_from_the_committed_files_reads_markers_and_results_and_shares_a
                "config": {"model": f"{run}/pretrain/final", "texts": "t", "out": f"{run}/positions"}}
         (results / f"{name}-positions.json").write_text(json.dumps(pos))
         pm = {"config": {"shards": "s", "out": f"{run}/pretrain"}, "files": {"config.json": files, "model.safetensors": name},
-              "precision_used": "bf16", "step": 10}
+              "step": 10}
+        pm["config"]["precision_used"] = "bf16"
         (results / f"{name}-pretrain-manifest.json").write_text(json.dumps(pm))
         return run
 
