@@ -14,8 +14,19 @@ model and its control (the same architecture, randomly initialized: a BERT for M
 for ELECTRA) over every --seed. Every stage is cached by content (the recipe's keys): a killed run resumes.
 
 Writes benchmarks/results/electra-vs-mlm-cpu.json: one row per (objective, model or control, seed) with the
-scores, the pretraining tokens and steps; per objective the mean gain over its control with its range;
+scores, the pretraining tokens and steps; per objective and metric the mean gain over its control with its range;
 `ratio_step_time_electra_vs_mlm` and `ratio_korquad_f1_gain_electra_vs_mlm`.
+
+To add tasks to a finished run on a fresh machine (its pretrained models are not kept), run it again with
+--tasks naming the fine-tunings to run (none: only --klue's) and --scores-from the earlier result. That
+result's steps and step times are taken (no new timing), its file, rows and settings are checked first, and the
+rest of each row's scores come from there, only where each arm's pretraining reproduced that result's exactly
+(the same steps, tokens and held-out metrics, and the same logged losses as the pretraining logs kept beside
+it, RESULT-STEM/OBJECTIVE-pretrain-log.jsonl) and the fine-tunings it leaves out ran with this run's settings;
+otherwise it stops and says what differs.
+
+    python benchmarks/electra_vs_mlm.py --steps 1634 --seeds 42 43 --data ../shared/data --klue nli sts ner --tasks \
+        --scores-from benchmarks/results/electra-vs-mlm-cpu.json --set shards_long.max_seq_len=128 pretrain.long_phase=0
 """
 
 from __future__ import annotations
@@ -38,6 +49,87 @@ def step_seconds(log: Path, skip: int) -> float:
     first = next(r for r in rows if r["step"] >= skip)
     last = rows[-1]
     return (last["seconds"] - first["seconds"]) / max(last["step"] - first["step"], 1)
+
+
+CLOCK = ("seconds", "tokens_per_s", "data_wait", "tflops")  # a pretraining log's fields that depend on the machine's speed
+
+
+def log_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def reproduced(objective: str, pm: dict, log: Path, earlier: dict, earlier_logs: Path) -> list[str]:
+    """What differs between this run's pretraining of `objective` and the earlier result's (empty: nothing): its
+    rows' steps, tokens and held-out metrics, and every logged field but the clock's against the kept log."""
+    old = [r for r in earlier["rows"] if r["objective"] == objective]
+    if not old:
+        return [f"{objective}: the earlier result has no rows"]
+    diffs = [f"{objective} {k}: {old[0][k]!r} then, {v!r} now" for k, v in (("steps", pm["step"]), ("tokens", pm["tokens"]), ("held_out", pm.get("eval")))
+             if old[0][k] != v]
+    kept = earlier_logs / f"{objective}-pretrain-log.jsonl"
+    if not kept.is_file():
+        return diffs + [f"{objective}: no kept pretraining log at {kept}"]
+    then, now = ([{k: v for k, v in r.items() if k not in CLOCK} for r in log_rows(f)] for f in (kept, log))
+    if then != now:
+        at = next((i for i, (a, b) in enumerate(zip(then, now)) if a != b), min(len(then), len(now)))
+        diffs.append(f"{objective}: the pretraining log differs from {kept} at its row {at + 1} "
+                     f"({len(then)} rows then, {len(now)} now)")
+    return diffs
+
+
+def gains(rows: list[dict], seeds: list[int]) -> dict:
+    """Per objective, task and metric: each seed's model-minus-control gain, their mean and range. NSMC's accuracy is
+    a fraction (its gain in points), the other tasks' metrics are points."""
+    out = {}
+    for objective in ("mlm", "electra"):
+        mine = [r for r in rows if r["objective"] == objective]
+        tasks = list(dict.fromkeys(t for r in mine for t in r["scores"]))
+        for task in tasks:
+            metrics = list(dict.fromkeys(m for r in mine for m, v in r["scores"].get(task, {}).items()  # (any row's: one may score None)
+                                         if isinstance(v, (int, float)) and not isinstance(v, bool) and m != "valid_accuracy"))
+            for metric in metrics:
+                by = {(r["row"], r["seed"]): r["scores"].get(task, {}).get(metric) for r in mine}
+                scale = 100 if task == "nsmc" else 1
+                g = [round(scale * (by[("model", s)] - by[("control", s)]), 2) for s in seeds
+                     if None not in (by.get(("model", s)), by.get(("control", s)))]
+                if g:
+                    out[f"{objective} {task} {metric} gain"] = {"per_seed": g, "mean": round(sum(g) / len(g), 2), "range": round(max(g) - min(g), 2)}
+    return out
+
+
+ROW_FIELDS = ("objective", "row", "seed", "steps", "tokens", "held_out", "scores")
+PATHS = ("model", "out", "features", "seed", "control")  # a fine-tuning's settings that name its row or its folders
+
+
+def read_earlier(path: str, seeds: list[int], steps: int) -> dict:
+    """An earlier result of this benchmark whose scores may stand in (--scores-from), checked before any work: one
+    line on what is wrong with it, not a traceback after the pretrainings."""
+    try:
+        earlier = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        sys.exit(f"--scores-from {path}: not readable as JSON ({e})")
+    rows = earlier.get("rows") if isinstance(earlier, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and all(k in r for k in ROW_FIELDS) for r in rows):
+        sys.exit(f"--scores-from {path}: not a result of this benchmark (rows with {', '.join(ROW_FIELDS)})")
+    if not isinstance(earlier.get("steps"), dict) or set(earlier.get("step_seconds") or {}) != {"mlm", "electra"}:
+        sys.exit(f"--scores-from {path}: it records no steps and step times per objective")
+    if earlier["steps"].get("mlm") != steps:
+        sys.exit(f"--scores-from {path}: its MLM arm ran {earlier['steps'].get('mlm')} steps, not --steps {steps}")
+    have = {(r["objective"], r["row"], r["seed"]) for r in rows}
+    missing = [f"{o} {row} seed {s}" for o in ("mlm", "electra") for s in seeds for row in ("model", "control") if (o, row, s) not in have]
+    if missing:
+        sys.exit(f"--scores-from {path}: no row for {', '.join(missing)}")
+    return earlier
+
+
+def settings_differ(then: dict, now: dict) -> list[str]:
+    """The settings of a fine-tuning that differ between an earlier run and this one, leaving out those that name
+    its row, seed or folders, and its input files' paths (the data folder may sit elsewhere)."""
+    def kept(d):
+        return {k: v for k, v in d.items() if k not in PATHS and not (isinstance(v, str) and Path(v).suffix in (".txt", ".json", ".tsv", ".jsonl"))}
+
+    a, b = kept(then), kept(now)
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
 def arms_plan(preset: str, work: Path, data: str, workers: int, klue: list[str], extra: list[str]) -> dict:
@@ -66,6 +158,10 @@ def main() -> None:
     ap.add_argument("--time-skip", type=int, default=20)
     ap.add_argument("--time-only", action="store_true", help="measure the step-time ratio and stop")
     ap.add_argument("--klue", nargs="*", default=[], help="KLUE tasks to score too (nli sts ner ynat), where the data folder has them")
+    ap.add_argument("--tasks", nargs="*", default=["nsmc", "korquad"], choices=["nsmc", "korquad"],
+                    help="the fine-tunings to run besides --klue's (--tasks alone: none)")
+    ap.add_argument("--scores-from", default="", help="an earlier result of this benchmark: the scores of the tasks this run leaves out "
+                    "come from its rows, where each arm's pretraining reproduces it exactly")
     ap.add_argument("--set", nargs="*", default=[], help="more `korbert run --set` settings for both arms")
     ap.add_argument("--preset", default="cpu", help="the recipe preset whose corpus, shapes and settings both arms take (demo: a smoke test)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "electra-vs-mlm-cpu.json"))
@@ -79,10 +175,13 @@ def main() -> None:
     from evals import nsmc as nsmc_stage
     from korbert import pretrain as pretrain_stage
     from korbert.electra import SAMPLER
-    from korbert.recipe import _cached, _folder_key, eval_key
+    from korbert.recipe import KLUE_PER_ROW, _cached, _folder_key, eval_key
 
     data = a.data or os.environ.get("KORBERT_DATA", "")
     work = Path(a.work)
+    left_out = [t for t in ("nsmc", "korquad") if t not in a.tasks]
+    if left_out and not a.scores_from and not a.time_only and Path(a.out).resolve() == (ROOT / "benchmarks" / "results" / "electra-vs-mlm-cpu.json").resolve():
+        sys.exit(f"--tasks leaves out {', '.join(left_out)}: the committed result would lose their scores; name --scores-from or another --out")
     plan = arms_plan(a.preset, work, data, a.workers, a.klue, a.set)
     cfgs = plan["cfgs"]
     load = {"start": os.getloadavg()}
@@ -102,9 +201,18 @@ def main() -> None:
     timed = work / "step-times.json"
     what = {"pretrain": C.to_dict(cfgs["pretrain"]), "generator_size": a.generator_size, "time_steps": a.time_steps, "time_skip": a.time_skip,
             "sampler": SAMPLER}  # (times taken with another sampler, such as the Gumbel-max one before it, are not reused)
-    old = json.loads(timed.read_text(encoding="utf-8")) if timed.is_file() and not a.time_only else {}
+    earlier = read_earlier(a.scores_from, a.seeds, a.steps) if a.scores_from and not a.time_only else None
+    if earlier:  # (its scores stand only for its arms: the same steps, so its step times, not a new timing's)
+        for task in ("nsmc", "korquad"):
+            differ = [] if task in a.tasks else settings_differ(earlier.get("settings", {}).get(task, {}), C.to_dict(cfgs[task]))
+            if differ:
+                sys.exit(f"--scores-from {a.scores_from}: its {task} fine-tuning ran with other settings ({', '.join(differ)})")
+        old = {"what": what, "times": earlier["step_seconds"], "machine": earlier.get("step_times_machine"), "load": {}}
+        print(f"step times and steps from {a.scores_from}: {old['times']}", flush=True)
+    else:
+        old = json.loads(timed.read_text(encoding="utf-8")) if timed.is_file() and not a.time_only else {}
     times = old.get("times", {}) if old.get("what") == what and set(old.get("times", {})) == {"mlm", "electra"} else {}
-    if times:
+    if times and not earlier:
         load.update(old.get("load", {}))
         print(f"step times from {timed}, measured on {(old.get('machine') or {}).get('cpu')}: {times}", flush=True)
         if old.get("machine") != machine():
@@ -117,7 +225,7 @@ def main() -> None:
         times[objective] = step_seconds(Path(c.out) / "log.jsonl", a.time_skip)
         print(f"{objective}: {times[objective] * 1000:.1f} ms per step", flush=True)
     timed_on = old.get("machine") if old.get("times") == times else machine()
-    if not a.time_only and old.get("times") != times:
+    if not a.time_only and not earlier and old.get("times") != times:
         atomic_write_json(timed, {"what": what, "times": times, "machine": timed_on, "load": {k: v for k, v in load.items() if k.startswith("before_time")}})
     ratio = times["electra"] / times["mlm"]
     result = {
@@ -131,7 +239,7 @@ def main() -> None:
         return
 
     # -- the two arms at equal compute, then their fine-tuning against their controls
-    steps = {"mlm": a.steps, "electra": max(1, round(a.steps / ratio))}
+    steps = dict(earlier["steps"]) if earlier else {"mlm": a.steps, "electra": max(1, round(a.steps / ratio))}
     rows = []
     from evals.klue import main as klue_main
     from korbert.recipe import klue_upstream
@@ -141,6 +249,13 @@ def main() -> None:
     for objective in ("mlm", "electra"):  # both pretrainings first (the costly, resumable part), then every fine-tuning
         load[f"before_{objective}"] = os.getloadavg()
         pretrained[objective] = pretrain_stage.main(arm(objective, steps[objective], objective))
+    if earlier:  # (the earlier run's scores stand for this run's only if its models are this run's)
+        logs = Path(a.scores_from).with_suffix("")
+        diffs = [d for o in ("mlm", "electra") for d in reproduced(o, pretrained[o], work / o / "log.jsonl", earlier, logs)]
+        if diffs:
+            sys.exit(f"--scores-from {a.scores_from}: this run's pretraining is not that result's, so its scores do not stand for it:\n  "
+                     + "\n  ".join(diffs))
+        print(f"both pretrainings reproduce {a.scores_from} (steps, tokens, held-out metrics, logged losses)", flush=True)
     for objective in ("mlm", "electra"):
         pm = pretrained[objective]
         final = str(work / objective / "final")
@@ -149,7 +264,7 @@ def main() -> None:
             for row in ("model", "control"):
                 upstream = upstreams[row]
                 scores = {}
-                for task, module, c in (("nsmc", nsmc_stage, cfgs["nsmc"]), ("korquad", korquad_stage, cfgs["korquad"])):
+                for task, module, c in [t for t in (("nsmc", nsmc_stage, cfgs["nsmc"]), ("korquad", korquad_stage, cfgs["korquad"])) if t[0] in a.tasks]:
                     c = replace(c, model=final, control=row == "control", seed=seed, out=str(work / objective / task / f"{row}-{seed}"))
                     r, _ = _cached(Path(c.out), eval_key(c, upstream), lambda: module.main(c), False)
                     scores[task] = r["metrics"]
@@ -160,25 +275,24 @@ def main() -> None:
                     key = eval_key(c, klue_upstream(upstream))  # (the recipe's KLUE key)
                     r, _ = _cached(Path(c.out), key, lambda: klue_main(TASKS[k["task"]], c), False)
                     scores[TASKS[k["task"]]] = {"protocol": r["protocol"]["name"], **r["metrics"]}
+                taken = {}
+                if earlier:
+                    then = next(r["scores"] for r in earlier["rows"] if (r["objective"], r["row"], r["seed"]) == (objective, row, seed))
+                    taken = {t: v for t, v in then.items() if t not in scores}
                 rows.append({"objective": objective, "row": row, "seed": seed, "steps": pm["step"], "tokens": pm["tokens"],
-                             "pretrain_seconds": pm["seconds"], "held_out": pm.get("eval"), "scores": scores})
+                             "pretrain_seconds": pm["seconds"], "held_out": pm.get("eval"), "scores": {**taken, **scores},
+                             **({"scores_from": {"file": a.scores_from, "tasks": list(taken)}} if taken else {})})
                 print(objective, row, seed, json.dumps(scores), flush=True)
     load["end"] = os.getloadavg()
 
-    def gains(objective: str, task: str, metric: str) -> list[float]:
-        by = {(r["row"], r["seed"]): r["scores"][task][metric] for r in rows if r["objective"] == objective and task in r["scores"]}
-        scale = 100 if task == "nsmc" else 1  # (NSMC's accuracy is a fraction, KorQuAD's EM and F1 are points)
-        return [round(scale * (by[("model", s)] - by[("control", s)]), 2) for s in a.seeds if ("model", s) in by and ("control", s) in by
-                and None not in (by[("model", s)], by[("control", s)])]
-
-    summary = {}
-    for objective in ("mlm", "electra"):
-        for task, metric in (("nsmc", "accuracy"), ("korquad", "f1"), ("korquad", "exact_match")):
-            g = gains(objective, task, metric)
-            if g:
-                summary[f"{objective} {task} {metric} gain"] = {"per_seed": g, "mean": round(sum(g) / len(g), 2), "range": round(max(g) - min(g), 2)}
+    summary = gains(rows, a.seeds)
     kq = [summary.get(f"{o} korquad f1 gain", {}).get("mean") for o in ("electra", "mlm")]
-    result.update(steps=steps, settings={"pretrain": C.to_dict(cfgs["pretrain"]), "nsmc": C.to_dict(cfgs["nsmc"]), "korquad": C.to_dict(cfgs["korquad"])},
+    result.update(steps=steps, settings={"pretrain": C.to_dict(cfgs["pretrain"]), "nsmc": C.to_dict(cfgs["nsmc"]), "korquad": C.to_dict(cfgs["korquad"]),
+                                               **({"klue": {k["task"]: {f: v for f, v in C.to_dict(k["cfg"]).items() if f not in KLUE_PER_ROW}
+                                                           for k in plan["klue"] if k["row"] == "model"}} if plan["klue"] else {})},
+                  **({"scores_from": {"file": a.scores_from, "command": earlier.get("command"), "machine": earlier.get("machine"),
+                                      "settings": {t: v for t, v in earlier.get("settings", {}).items() if t in ("nsmc", "korquad") and t not in a.tasks}}}
+                     if earlier else {}),
                   rows=rows, gains=summary, load_average=load,
                   ratio_korquad_f1_gain_electra_vs_mlm=round(kq[0] / kq[1], 4) if None not in kq and kq[1] else None)
     atomic_write_json(Path(a.out), result)

@@ -193,17 +193,18 @@ def keep_stages(run: Path, done: dict, stages: Path) -> list[str]:
 def restore_stages(run: Path, stages: Path) -> int:
     """Put the committed markers of this arm back into its run folder (never over one the run holds). `_cached` then
     reuses a result only where the key it computes now (config, model folder's files, input files) is the marker's."""
+    from corpus_tools.artifacts import atomic_write_bytes
+
     n = 0
     for marker in sorted((stages / run.name).rglob("recipe-stage.json")) if (stages / run.name).is_dir() else []:
         target = run / marker.relative_to(stages / run.name)
         if not target.is_file():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(marker, target)
+            atomic_write_bytes(target, marker.read_bytes())
             n += 1
     return n
 
 
-def stand_in_final(run: Path, saved: dict, manifest: Path) -> Path:
+def stand_in_final(saved: dict, manifest: Path) -> Path:
     """The arm's final/ as a control reads it, without pretraining: config.json and the tokenizer files, made as
     the export makes them (korbert.checkpoint.model_config and export, for the preset's model over its vocabulary)
     and checked byte for byte against `manifest`, the committed final/manifest.json of the arm's real pretraining.
@@ -217,6 +218,12 @@ def stand_in_final(run: Path, saved: dict, manifest: Path) -> Path:
 
     pc = PretrainConfig(**saved["pretrain"])
     final = Path(pc.out) / "final"
+    def refuse_a_model():  # (checked again before the swap: a pretraining may export there meanwhile)
+        if final_kind(final) not in (None, STAND_IN) or (final / "model.safetensors").exists():
+            raise SystemExit(f"{final} holds a pretrained model now (manifest kind {final_kind(final)!r}, weights: "
+                             f"{(final / 'model.safetensors').exists()}): not replaced by a stand-in")
+
+    refuse_a_model()
     want = json.loads(manifest.read_text(encoding="utf-8"))
     tok = foreign.load(saved["vocab"]["out"], saved["vocab"]["out"])
     length = max(saved["shards"]["max_seq_len"], saved.get("shards_long", {}).get("max_seq_len", 0))
@@ -227,14 +234,24 @@ def stand_in_final(run: Path, saved: dict, manifest: Path) -> Path:
         (tmp / name).unlink(missing_ok=True)
     files = sorted(p.name for p in tmp.iterdir() if p.is_file())
     got = {n: sha256_file(tmp / n) for n in files}
-    differ = [n for n in files if got[n] != want["files"].get(n)]
-    if differ or set(want["files"]) - {"model.safetensors"} != set(files):
-        raise SystemExit(f"{tmp}: not {manifest}'s final/ (files that differ or are missing: "
-                         f"{differ or sorted(set(want['files']) - set(files) - {'model.safetensors'})}): its controls would not be that run's")
+    wanted = set(want["files"]) - {"model.safetensors"}
+    differ = sorted({n for n in files if got[n] != want["files"].get(n)} | (wanted ^ set(files)))
+    if differ:
+        raise SystemExit(f"{tmp} is not {manifest}'s final/: {', '.join(differ)} differ, are missing or are extra, "
+                         "so its controls would not be that run's")
     atomic_write_json(tmp / "manifest.json", {"kind": STAND_IN, "format_version": 1, "matches": str(manifest), "files": got})
+    refuse_a_model()
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     return final
+
+
+def final_kind(final: Path) -> str | None:
+    """The kind final/manifest.json records (model, or STAND_IN), None where there is none to read."""
+    try:
+        return json.loads((final / "manifest.json").read_text(encoding="utf-8")).get("kind")
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def controls_only(args) -> dict:
@@ -243,11 +260,13 @@ def controls_only(args) -> dict:
     --final-manifest (stand_in_final), the control fine-tunings of every seed, their markers kept under --stages."""
     from corpus_tools import config as C
     from corpus_tools import vocab as vocab_stage
-    from corpus_tools.artifacts import atomic_write_json, read_manifest
+    from corpus_tools.artifacts import atomic_write_json
     from korbert.recipe import RecipeConfig, stage_configs
 
-    run = arm_paths(Path(args.work), args.arm)
-    cmd = recipe_command(args, run, (args.after_set if args.arm == "after" else []) + args.set)
+    work = Path(args.work)
+    run = arm_paths(work, args.arm)
+    sets = (args.after_set if args.arm == "after" else []) + args.set
+    cmd = recipe_command(args, run, sets + reused_shards(work, args.arm, sets, run))  # (the command arm() runs)
     cfg = C.parse(RecipeConfig, cmd[cmd.index("run") + 1:], prog="korbert run")
     cfgs = stage_configs(cfg)["cfgs"]
     saved = {"recipe": C.to_dict(cfg), **{k: C.to_dict(v) for k, v in cfgs.items()}}
@@ -260,20 +279,19 @@ def controls_only(args) -> dict:
     else:
         run.mkdir(parents=True, exist_ok=True)
         atomic_write_json(run / "recipe-config.json", saved)  # (what the recipe writes first: eval_configs reads it)
+    restored = restore_stages(run, Path(args.stages))
+    if restored:
+        print(f"{run}: {restored} eval markers restored from {args.stages} (each reused only if its key holds)", flush=True)
     vocab_stage.main(cfgs["vocab"])
     final = Path(cfgs["pretrain"].out) / "final"
-    try:
-        kind = read_manifest(final, "model")["kind"]
-    except (FileNotFoundError, ValueError):
-        kind = None
-    made = kind != "model"
+    made = final_kind(final) != "model"
     if made:
-        print(f"{stand_in_final(run, saved, Path(args.final_manifest))}: a stand-in for the controls (config and tokenizer "
+        print(f"{stand_in_final(saved, Path(args.final_manifest))}: a stand-in for the controls (config and tokenizer "
               f"files equal to {args.final_manifest}'s)", flush=True)
     try:
         done = run_evals(run, args.seeds, args.force, CONTROL_TASKS)
     finally:
-        if made:
+        if made and final_kind(final) == STAND_IN:  # (never a model a pretraining exported there meanwhile)
             shutil.rmtree(final, ignore_errors=True)
     kept = keep_stages(run, done, Path(args.stages))
     print(f"controls: {len(kept)} markers under {args.stages}/{run.name}", flush=True)
@@ -286,6 +304,7 @@ def positions(args, run: Path, work: Path) -> tuple[dict, list[str]]:
     from korbert.recipe import _cached, _folder_key, eval_key
     from evals.positions import PositionsConfig, TextsConfig, main, select_texts
     from korbert.folders import tokenizer_files_sha256
+    from corpus_tools.artifacts import atomic_write_json
 
     texts = work / "positions-texts.jsonl"
     marker = work / "positions-texts.json"
@@ -297,7 +316,7 @@ def positions(args, run: Path, work: Path) -> tuple[dict, list[str]]:
                      tokenizer=str(vocab), out=str(texts), **({"skip_first": 0, "every": 3, "windows": 12} if args.smoke else {}))
     if not marker.is_file():
         sel = select_texts(tc)
-        marker.write_text(json.dumps({"tokenizer": tokenizer_files_sha256(vocab), "selection": sel}, indent=1))
+        atomic_write_json(marker, {"tokenizer": tokenizer_files_sha256(vocab), "selection": sel})
     if json.loads(marker.read_text())["tokenizer"] != tokenizer_files_sha256(vocab):
         raise SystemExit(f"{texts} was chosen with another tokenizer than {vocab}'s: the arms must share their vocabulary")
     pc = PositionsConfig(model=str(run / "pretrain" / "final"), texts=str(texts), out=str(run / "positions"), **({"min_per_bucket": 10} if args.smoke else {}))
@@ -363,10 +382,14 @@ def committed_arm(name: str, results: Path, stages: Path, seeds: list[int]) -> d
     fine-tuning of `seeds` that has a kept marker (stages/NAME/, in the folders its recipe config names) or a
     result file an earlier session committed (NAME-TASK-seedS.json). An arm with no control of its own takes the
     before arm's where its final/ held the same config.json and tokenizer files (so the same control)."""
+    from corpus_tools import config as C
     from evals.korquad import KorquadConfig
     from evals.nsmc import NsmcConfig
     from evals.positions import PositionsConfig
     from korbert.pretrain_config import PretrainConfig
+
+    if not (results / f"{name}-positions.json").is_file():
+        raise SystemExit(f"{results}: no {name}-positions.json, so no committed arm {name!r}")
 
     def known(cls, d):  # (a manifest's config also records what the run added, e.g. world_size)
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
@@ -387,6 +410,13 @@ def committed_arm(name: str, results: Path, stages: Path, seeds: list[int]) -> d
                 r = json.loads(plain.read_text(encoding="utf-8"))
             else:
                 continue
+            if task in configs:  # (a file left from another configuration of the arm is not this one's result)
+                want = C.to_dict(configs[task])  # (less `features`: where the cache sits, an absolute path, changes no result;
+                ran = {**C.to_dict(type(configs[task])()), **r["config"]}  # a setting added since counts at its default)
+                differ = sorted(k for k in set(want) | set(ran) if k != "features" and want.get(k) != ran.get(k))
+                if differ:
+                    raise SystemExit(f"{marker if marker is not None and marker.is_file() else plain} ran with other settings "
+                                     f"({', '.join(differ)}) than {stages / name / 'recipe-config.json'} gives for {task}, seed {seed}")
             tool = "nsmc" if task.startswith("nsmc") else "korquad"
             evals[(task, seed)] = (r, command(known(NsmcConfig if tool == "nsmc" else KorquadConfig, r["config"]), tool))  # (the config it ran)
     arm_file = results / f"{name}-arm.json"
@@ -394,7 +424,8 @@ def committed_arm(name: str, results: Path, stages: Path, seeds: list[int]) -> d
     ran = old.get("commands") or [command(known(PretrainConfig, pm["config"]), "", tool="pretrain"), command(known(PositionsConfig, pos["config"]), "positions")]
     out = record(pos, evals, pm, old.get("settings", []), old.get("precision") or pm["config"].get("precision_used"),
                  [*ran, *sorted({c for _, c in evals.values()} - set(ran))])
-    if name != "before" and not out.get("control", {}).get("korquad_f1_128") and (stages / "before").is_dir():
+    tuned = [s for s in out["settings"] if s.startswith(("nsmc", "korquad"))]  # (its fine-tunings' settings: then not before's control)
+    if name != "before" and not out.get("control", {}).get("korquad_f1_128") and (stages / "before").is_dir() and not tuned:
         bm = json.loads((results / "before-pretrain-manifest.json").read_text(encoding="utf-8"))
         if {k: v for k, v in pm["files"].items() if k != "model.safetensors"} == {k: v for k, v in bm["files"].items() if k != "model.safetensors"}:
             out["control"] = committed_arm("before", results, stages, seeds).get("control", {})
@@ -403,6 +434,7 @@ def committed_arm(name: str, results: Path, stages: Path, seeds: list[int]) -> d
 
 
 def arm(args) -> dict:
+    from corpus_tools.artifacts import atomic_write_json
     from korbert.folders import tokenizer_files_sha256
     from korbert.runtime import resolve_precision
 
@@ -445,7 +477,7 @@ def arm(args) -> dict:
     keep_stages(run, evals, Path(args.stages))
     pm = json.loads((run / "pretrain" / "final" / "manifest.json").read_text(encoding="utf-8"))
     out = record(pos, evals, pm, sets, resolve_precision(args.precision, cuda=False), [*ran, *sorted({c for _, c in evals.values()}), *pos_cmds])
-    (run / "long-positions-arm.json").write_text(json.dumps(out, indent=1, ensure_ascii=False))
+    atomic_write_json(run / "long-positions-arm.json", out)
     print(f"\n{args.arm}: {json.dumps({k: out[k] for k in ('mlm_acc_by_position', 'mlm_acc_128_reference')})}")
     return out
 
@@ -457,7 +489,7 @@ def collect(args) -> dict:
     if args.committed:  # from the committed files: --committed NAME names the arm that stands as `after`
         results = Path(args.stages).parent
         names = sorted(p.name.removesuffix("-positions.json") for p in results.glob("*-positions.json"))
-        if "before" not in names or args.committed not in names:
+        if "before" not in names or args.committed not in names or args.committed == "before":
             raise SystemExit(f"--committed {args.committed}: {results} holds the position measures of {names}; before and it are needed")
         got = {a: committed_arm(a, results, Path(args.stages), args.seeds) for a in names}
         arms = {"before": got.pop("before"), "after": {**got.pop(args.committed), "arm": args.committed}}
@@ -473,7 +505,8 @@ def collect(args) -> dict:
     result = {
         "about": "issue 58: positions past 128 and KorQuAD at 384 vs 128 (matched steps), before and after (each arm's settings: "
                  "`settings`); benchmarks/long_positions.py",
-        "preset": "demo (smoke)" if args.smoke else "cpu", "steps": args.steps,
+        "preset": "demo (smoke)" if args.smoke else "cpu",
+        "steps": args.steps if not args.committed else {a: r["pretrain"].get("step") for a, r in {**arms, **others}.items()},
         **{a: {**r, **rat[a]} for a, r in arms.items()},
         **({"decomposition": {a: {**r, **rat[a]} for a, r in others.items()}} if others else {}),
         "machine": machine() if not args.committed else {  # (each fine-tuning's own is in its result file)
@@ -481,9 +514,10 @@ def collect(args) -> dict:
         "versions": versions(),
     }
     keys = list(dict.fromkeys(k for got in rat.values() for k in got))
-    print("arm".ljust(12) + "".join(k.removeprefix("ratio_").rjust(26) for k in keys))
+    w = max(12, *map(len, rat)) + 1
+    print("arm".ljust(w) + "".join(k.removeprefix("ratio_").rjust(26) for k in keys))
     for a, got in rat.items():
-        print(a.ljust(12) + "".join(f"{got[k]:26.4f}" if got.get(k) is not None else "-".rjust(26) for k in keys))
+        print(a.ljust(w) + "".join(f"{got[k]:26.4f}" if got.get(k) is not None else "-".rjust(26) for k in keys))
     atomic_write_json(args.result, result)
     print(f"-> {args.result}")
     return result
@@ -515,7 +549,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--stages", default=str(STAGES), help="where each eval's marker (key and result) is kept, and restored from (default: %(default)s)")
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
-    if args.smoke and (args.result.startswith(str(ROOT / "benchmarks")) or str(Path(args.stages).resolve()).startswith(str(ROOT / "benchmarks"))):
+    stages_used = not args.collect or bool(args.committed)
+    if args.smoke and (args.result.startswith(str(ROOT / "benchmarks")) or stages_used and str(Path(args.stages).resolve()).startswith(str(ROOT / "benchmarks"))):
         raise SystemExit("--smoke: pass --result and --stages outside benchmarks/results (a smoke run is not a measurement)")
     if args.collect:
         return collect(args)

@@ -297,3 +297,66 @@ def test_the_replacements_probe_scores_each_source_and_refuses_an_mlm_of_another
     with pytest.raises(SystemExit, match="another vocabulary"):
         probe.main()
     assert not (tmp_path / "other.json").exists()
+
+
+def test_scores_from_an_earlier_run_stand_only_where_its_pretraining_is_reproduced_and_klue_gains_are_summed(tmp_path):
+    """benchmarks/electra_vs_mlm.py --scores-from: the earlier run's logs must equal this run's in every field but
+    the clock's, and its steps, tokens and held-out metrics too; gains cover every task, KLUE's included."""
+    import json
+
+    from conftest import load_benchmark
+
+    bench = load_benchmark("electra_vs_mlm")
+    log = [{"step": 20, "loss": 9.5, "mlm_acc": 0.02, "seconds": 11.1, "tokens_per_s": 1e4},
+           {"step": 40, "loss": 9.0, "mlm_acc": 0.09, "seconds": 21.7, "tokens_per_s": 1.2e4, "eval_mlm_loss": 8.9}]
+    kept = tmp_path / "earlier"
+    kept.mkdir()
+    (kept / "mlm-pretrain-log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log), encoding="utf-8")
+    pm = {"step": 40, "tokens": 1000, "eval": {"mlm_loss": 8.9}}
+    earlier = {"rows": [{"objective": "mlm", "row": "model", "seed": 42, "steps": 40, "tokens": 1000, "held_out": {"mlm_loss": 8.9}}]}
+
+    def now(rows):
+        p = tmp_path / "log.jsonl"
+        p.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        return p
+
+    slower = [{**r, "seconds": r["seconds"] * 2, "tokens_per_s": r["tokens_per_s"] / 2} for r in log]
+    assert bench.reproduced("mlm", pm, now(slower), earlier, kept) == []  # (the clock may differ)
+    other = [log[0], {**log[1], "loss": 9.01}]
+    assert any("row 2" in d for d in bench.reproduced("mlm", pm, now(other), earlier, kept))
+    assert any("row 3" in d for d in bench.reproduced("mlm", pm, now(log + [log[1]]), earlier, kept))
+    assert any("held_out" in d for d in bench.reproduced("mlm", {**pm, "eval": {"mlm_loss": 8.8}}, now(log), earlier, kept))
+    assert any("steps" in d for d in bench.reproduced("mlm", {**pm, "step": 41}, now(log), earlier, kept))
+    assert any("no kept" in d for d in bench.reproduced("mlm", pm, now(log), earlier, tmp_path / "nowhere"))
+    assert bench.reproduced("electra", pm, now(log), earlier, kept) == ["electra: the earlier result has no rows"]
+
+    rows = [{"objective": "mlm", "row": row, "seed": seed,
+             "scores": {"nsmc": {"accuracy": acc, "valid_accuracy": 0.5},
+                        "klue-ner": {"protocol": "KLUE dev-split", "entity_f1": f1, "char_f1": None if (row, seed) == ("model", 42) else f1 + 10}}}
+            for row, seed, acc, f1 in (("model", 42, 0.84, 58.0), ("control", 42, 0.845, 46.5), ("model", 43, 0.85, 59.0), ("control", 43, 0.84, 46.0))]
+    g = bench.gains(rows, [42, 43])
+    assert g["mlm nsmc accuracy gain"] == {"per_seed": [-0.5, 1.0], "mean": 0.25, "range": 1.5}
+    assert g["mlm klue-ner entity_f1 gain"] == {"per_seed": [11.5, 13.0], "mean": 12.25, "range": 1.5}
+    assert g["mlm klue-ner char_f1 gain"]["per_seed"] == [13.0]  # (a seed whose metric is missing is left out, the first row's too)
+    assert not any("valid_accuracy" in k or "protocol" in k or k.startswith("electra") for k in g)
+
+    # the earlier file is checked before any work, one line each
+    full = {"steps": {"mlm": 40, "electra": 32}, "step_seconds": {"mlm": 0.5, "electra": 0.6},
+            "rows": [{"objective": o, "row": row, "seed": 42, "steps": 40, "tokens": 1000, "held_out": {}, "scores": {}}
+                     for o in ("mlm", "electra") for row in ("model", "control")]}
+    good = tmp_path / "earlier.json"
+    good.write_text(json.dumps(full), encoding="utf-8")
+    assert bench.read_earlier(str(good), [42], 40) == full
+    for what, content, args in (("not readable", None, ([42], 40)), ("not a result", {"rows": [{"objective": "mlm"}]}, ([42], 40)),
+                                ("no steps", {**full, "step_seconds": {"mlm": 0.5}}, ([42], 40)),
+                                ("not --steps 41", full, ([42], 41)), ("no row for mlm model seed 43", full, ([42, 43], 40))):
+        f = tmp_path / "bad.json"
+        f.unlink(missing_ok=True)
+        if content is not None:
+            f.write_text(json.dumps(content), encoding="utf-8")
+        with pytest.raises(SystemExit, match=what):
+            bench.read_earlier(str(f), *args)
+    then = {"model": "/a/final", "out": "/a/nsmc/model-42", "train": "/data/nsmc/ratings_train.txt", "seed": 42, "lr": 1e-4, "epochs": 1}
+    assert bench.settings_differ(then, {**then, "model": "b/final", "out": "b/x", "train": "../d/ratings_train.txt", "seed": 43}) == []
+    assert bench.settings_differ(then, {**then, "lr": 2e-4}) == ["lr"]
+    assert bench.settings_differ(then, {**then, "max_train_examples": 300}) == ["max_train_examples"]

@@ -361,7 +361,7 @@ def test_a_control_stand_in_holds_what_the_real_export_holds_and_the_kept_marker
     manifest = tmp_path / "real" / "final" / "manifest.json"
     saved = {"pretrain": {**asdict(c), "out": str(tmp_path / "stand" / "pretrain")}, "vocab": {"out": str(vocab_dir)},
              "shards": {"max_seq_len": 128}, "shards_long": {"max_seq_len": 256}}
-    final = lp.stand_in_final(tmp_path / "stand", saved, manifest)
+    final = lp.stand_in_final(saved, manifest)
     assert not (final / "model.safetensors").exists()
     assert json.loads((final / "manifest.json").read_text())["kind"] == lp.STAND_IN
     real = open_folder(str(tmp_path / "real" / "final"))
@@ -372,9 +372,15 @@ def test_a_control_stand_in_holds_what_the_real_export_holds_and_the_kept_marker
         open_folder(str(final))  # (a pretrained model's eval cannot read it)
     r = main(PretrainConfig(**saved["pretrain"]))  # a pretraining there is not fooled by it
     assert r["step"] == 10 and (final / "model.safetensors").is_file()
+    with pytest.raises(SystemExit, match="holds a pretrained model"):  # and a stand-in never replaces the model it exported
+        lp.stand_in_final(saved, manifest)
+    (final / "manifest.json").write_text("{")  # (weights there, its manifest unreadable: still a model)
+    with pytest.raises(SystemExit, match="holds a pretrained model"):
+        lp.stand_in_final(saved, manifest)
+    assert (final / "model.safetensors").is_file()
     wider = {**saved, "pretrain": {**saved["pretrain"], "out": str(tmp_path / "wide"), "override": ["hidden_size=96", *TINY[1:]]}}
     with pytest.raises(SystemExit, match="config.json"):
-        lp.stand_in_final(tmp_path / "wide", wider, manifest)
+        lp.stand_in_final(wider, manifest)
 
     stages, run = tmp_path / "stages", tmp_path / "work" / "before"
     (stages / "before" / "nsmc" / "control").mkdir(parents=True)
@@ -390,57 +396,82 @@ def test_a_control_stand_in_holds_what_the_real_export_holds_and_the_kept_marker
 
 def test_collect_from_the_committed_files_reads_markers_and_results_and_shares_a_control_only_between_equal_folders(tmp_path):
     """--collect --committed ARM: each arm from its committed position measure, final/ manifest, kept markers (in
-    the folders its recipe config names) and result files; ARM stands as `after`, and takes the before arm's
-    control when its final/ held the same config.json and tokenizer files, not when they differ."""
+    the folders its recipe config names, written by keep_stages) and result files; ARM stands as `after`, and takes
+    the before arm's control when its final/ held the same config.json and tokenizer files and its settings leave
+    the fine-tunings alone, not otherwise. A marker of other settings, and arms of other precisions, are refused."""
     from conftest import load_benchmark
+    from corpus_tools import config as C
 
     lp = load_benchmark("long_positions")
     results = tmp_path / "results"
     stages = results / "stages"
     buckets = ("0-127", "128-255", "256-383", "384-511")
 
-    def arm(name, acc, files):
-        run = f"runs/lp/{name}"
+    def arm(name, acc, files, settings=(), precision="bf16"):
+        run = tmp_path / "runs" / "lp" / name
         pos = {"mlm_acc_by_position": dict(zip(buckets, acc)), "mlm_acc_128_reference": dict.fromkeys(buckets, 0.25), "gap_se": {},
                "masked_tokens": dict.fromkeys(buckets, 9), "windows": 3, "texts": {"path": "t", "sha256": "x", "documents": 1},
                "config": {"model": f"{run}/pretrain/final", "texts": "t", "out": f"{run}/positions"}}
         (results / f"{name}-positions.json").write_text(json.dumps(pos))
-        pm = {"config": {"shards": "s", "out": f"{run}/pretrain"}, "files": {"config.json": files, "model.safetensors": name},
-              "step": 10}
-        pm["config"]["precision_used"] = "bf16"
+        pm = {"config": {"shards": "s", "out": f"{run}/pretrain", "max_steps": 10, "precision_used": precision},
+              "files": {"config.json": files, "model.safetensors": name}, "step": 10}
         (results / f"{name}-pretrain-manifest.json").write_text(json.dumps(pm))
+        (results / f"{name}-arm.json").write_text(json.dumps({"settings": list(settings)}))
         return run
 
-    def result(task, f1_or_acc, seed, out, control=False):
-        cfg = {"model": "m", "out": out, "seed": seed, "control": control}
-        if task == "nsmc":
-            return {"metrics": {"accuracy": f1_or_acc}, "config": cfg}
-        return {"metrics": {"f1": f1_or_acc, "exact_match": f1_or_acc / 2}, "training": {"steps": 100}, "config": cfg}
-
-    def marker(name, rel, r):
-        (stages / name / rel).mkdir(parents=True, exist_ok=True)
-        (stages / name / rel / "recipe-stage.json").write_text(json.dumps({"key": "k", "result": r}))
+    def result(task, f1_or_acc, c):
+        if task.startswith("nsmc"):
+            return {"metrics": {"accuracy": f1_or_acc}, "config": C.to_dict(c)}
+        return {"metrics": {"f1": f1_or_acc, "exact_match": f1_or_acc / 2}, "training": {"steps": 100}, "config": C.to_dict(c)}
 
     results.mkdir()
     run = arm("before", [0.25, 0.125, 0.125, 0.1], "same")
     saved = {t: {"model": f"{run}/pretrain/final", "out": f"{run}/{t.split('_')[0]}/{'control' if 'control' in t else 'model'}",
                  "control": "control" in t, "seed": 42} for t in ("nsmc", "nsmc_control", "korquad", "korquad_control")}
-    (stages / "before").mkdir(parents=True)
-    (stages / "before" / "recipe-config.json").write_text(json.dumps(saved))
-    marker("before", "korquad/control", result("korquad", 7.0, 42, "o", True))
-    marker("before", "seed-43/korquad/control", result("korquad", 9.0, 43, "o", True))
-    marker("before", "seed-43/korquad384/control", result("korquad", 8.0, 43, "o", True))
-    marker("before", "korquad/model", result("korquad", 12.0, 42, "o"))
-    (results / "before-nsmc-seed42.json").write_text(json.dumps(result("nsmc", 0.8444, 42, f"{run}/nsmc/model")))
+    run.mkdir(parents=True)
+    (run / "recipe-config.json").write_text(json.dumps(saved))
+    configs = {seed: lp.eval_configs(run, seed) for seed in (42, 43)}
+    done = {}
+    for (task, seed), value in {("korquad_control", 42): 7.0, ("korquad_control", 43): 9.0, ("korquad384_control", 43): 8.0,
+                                ("korquad", 42): 12.0}.items():
+        c = configs[seed][task]
+        Path(c.out).mkdir(parents=True)
+        (Path(c.out) / "recipe-stage.json").write_text(json.dumps({"key": "k", "result": result(task, value, c)}))
+        done[(task, seed)] = (None, "cmd")
+    kept = lp.keep_stages(run, done, stages)  # (what an arm's run commits)
+    assert len(kept) == 4 and json.loads((stages / "before" / "recipe-config.json").read_text()) == saved
+    (results / "before-nsmc-seed42.json").write_text(json.dumps(result("nsmc", 0.8444, configs[42]["nsmc"])))
     arm("cand", [0.25, 0.25, 0.25, 0.25], "same")
-    (results / "cand-nsmc-seed43.json").write_text(json.dumps(result("nsmc", 0.84, 43, "o")))
+    (results / "cand-nsmc-seed43.json").write_text(json.dumps(result("nsmc", 0.84, configs[43]["nsmc"])))
     arm("other", [0.25, 0.2, 0.2, 0.2], "another")
+    arm("tuned", [0.25, 0.2, 0.2, 0.2], "same", settings=["korquad.lr=1e-4"])
+    arm("after", [0.25, 0.25, 0.2, 0.2], "same")
     out = tmp_path / "r.json"
-    got = lp.main(["--collect", "--committed", "cand", "--stages", str(stages), "--result", str(out), "--seeds", "42", "43"])
+    argv = ["--collect", "--committed", "cand", "--stages", str(stages), "--result", str(out), "--seeds", "42", "43"]
+    got = lp.main(argv)
     b, a = got["before"], got["after"]
     assert b["control"]["korquad_f1_128"] == {"mean": 8.0, "range": [7.0, 9.0], "seeds": {42: 7.0, 43: 9.0}}
     assert b["control"]["korquad_f1_384"]["seeds"] == {43: 8.0} and b["korquad_f1_128"] == 12.0 and b["nsmc"] == 84.44
     assert a["arm"] == "cand" and a["nsmc"] == 84.0 and a["control"] == b["control"] and "control_from" in a
     assert got["decomposition"]["other"].get("control", {}) == {} and "control_from" not in got["decomposition"]["other"]
+    assert "control_from" not in got["decomposition"]["tuned"]  # (its own fine-tuning settings: another control)
+    assert got["decomposition"]["after (earlier arm)"]["ratio_position_256-383"] == 0.8  # (not overwritten by cand)
+    assert b["precision"] == "bf16" and got["steps"]["before"] == 10
     assert a["ratio_position_128-255"] == 1.0 and json.loads(out.read_text())["after"]["arm"] == "cand"
     assert any(c.startswith("korbert pretrain") for c in b["commands"]) and any(c.startswith("korbert eval korquad") for c in b["commands"])
+    for name in ("nowhere", "before"):  # (one line, not a KeyError)
+        with pytest.raises(SystemExit, match="before and it are needed"):
+            lp.main([*argv[:2], name, *argv[3:]])
+    stale = stages / "before" / "seed-43" / "korquad" / "control" / "recipe-stage.json"  # a marker of another configuration
+    marker = json.loads(stale.read_text())
+    stale.write_text(json.dumps({**marker, "result": {**marker["result"], "config": {**marker["result"]["config"], "lr": 1.0}}}))
+    with pytest.raises(SystemExit, match="other settings .lr."):
+        lp.main(argv)
+    moved = {**marker["result"]["config"], "features": "/elsewhere/features"}  # (the cache's absolute path: another checkout)
+    moved.pop("epoch_window")  # (and a setting added since it ran: its default)
+    stale.write_text(json.dumps({**marker, "result": {**marker["result"], "config": moved}}))
+    assert lp.main(argv)["before"]["control"]["korquad_f1_128"]["seeds"][43] == 9.0
+    stale.write_text(json.dumps(marker))
+    arm("other", [0.25, 0.2, 0.2, 0.2], "another", precision="fp32")
+    with pytest.raises(SystemExit, match="other precisions"):
+        lp.main(argv)
