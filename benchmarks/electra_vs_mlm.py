@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 def step_seconds(log: Path, skip: int) -> float:
     """Seconds per optimizer step after the first `skip` (the loop's clock: training time only)."""
-    rows = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    rows = log_rows(log)
     first = next(r for r in rows if r["step"] >= skip)
     last = rows[-1]
     return (last["seconds"] - first["seconds"]) / max(last["step"] - first["step"], 1)
@@ -201,32 +201,36 @@ def main() -> None:
     timed = work / "step-times.json"
     what = {"pretrain": C.to_dict(cfgs["pretrain"]), "generator_size": a.generator_size, "time_steps": a.time_steps, "time_skip": a.time_skip,
             "sampler": SAMPLER}  # (times taken with another sampler, such as the Gumbel-max one before it, are not reused)
+    def measured_step_times() -> tuple[dict, dict | None]:
+        old = json.loads(timed.read_text(encoding="utf-8")) if timed.is_file() and not a.time_only else {}
+        times = old.get("times", {}) if old.get("what") == what and set(old.get("times", {})) == {"mlm", "electra"} else {}
+        if times:
+            load.update(old.get("load", {}))
+            print(f"step times from {timed}, measured on {(old.get('machine') or {}).get('cpu')}: {times}", flush=True)
+            if old.get("machine") != machine():
+                print(f"note: this machine is {machine()}; delete {timed} to time the arms here", file=sys.stderr, flush=True)
+        for objective in [] if times else ("mlm", "electra"):
+            c = replace(arm(objective, a.time_skip + a.time_steps, f"time-{objective}"), long_shards="", log_every=10 if a.time_steps >= 50 else 1, eval_every=0,
+                        save_every=10**6, force=True)  # (timed from nothing every time: a resumed log would mix two runs)
+            load[f"before_time_{objective}"] = os.getloadavg()
+            pretrain_stage.main(c)
+            times[objective] = step_seconds(Path(c.out) / "log.jsonl", a.time_skip)
+            print(f"{objective}: {times[objective] * 1000:.1f} ms per step", flush=True)
+        timed_on = old.get("machine") if old.get("times") == times else machine()
+        if not a.time_only and old.get("times") != times:
+            atomic_write_json(timed, {"what": what, "times": times, "machine": timed_on, "load": {k: v for k, v in load.items() if k.startswith("before_time")}})
+        return times, timed_on
+
     earlier = read_earlier(a.scores_from, a.seeds, a.steps) if a.scores_from and not a.time_only else None
     if earlier:  # (its scores stand only for its arms: the same steps, so its step times, not a new timing's)
         for task in ("nsmc", "korquad"):
             differ = [] if task in a.tasks else settings_differ(earlier.get("settings", {}).get(task, {}), C.to_dict(cfgs[task]))
             if differ:
                 sys.exit(f"--scores-from {a.scores_from}: its {task} fine-tuning ran with other settings ({', '.join(differ)})")
-        old = {"what": what, "times": earlier["step_seconds"], "machine": earlier.get("step_times_machine"), "load": {}}
-        print(f"step times and steps from {a.scores_from}: {old['times']}", flush=True)
+        times, timed_on = dict(earlier["step_seconds"]), earlier.get("step_times_machine")
+        print(f"step times and steps from {a.scores_from}: {times}", flush=True)
     else:
-        old = json.loads(timed.read_text(encoding="utf-8")) if timed.is_file() and not a.time_only else {}
-    times = old.get("times", {}) if old.get("what") == what and set(old.get("times", {})) == {"mlm", "electra"} else {}
-    if times and not earlier:
-        load.update(old.get("load", {}))
-        print(f"step times from {timed}, measured on {(old.get('machine') or {}).get('cpu')}: {times}", flush=True)
-        if old.get("machine") != machine():
-            print(f"note: this machine is {machine()}; delete {timed} to time the arms here", file=sys.stderr, flush=True)
-    for objective in [] if times else ("mlm", "electra"):
-        c = replace(arm(objective, a.time_skip + a.time_steps, f"time-{objective}"), long_shards="", log_every=10 if a.time_steps >= 50 else 1, eval_every=0, save_every=10**6,
-                    force=True)  # (timed from nothing every time: a resumed log would mix two runs)
-        load[f"before_time_{objective}"] = os.getloadavg()
-        pretrain_stage.main(c)
-        times[objective] = step_seconds(Path(c.out) / "log.jsonl", a.time_skip)
-        print(f"{objective}: {times[objective] * 1000:.1f} ms per step", flush=True)
-    timed_on = old.get("machine") if old.get("times") == times else machine()
-    if not a.time_only and not earlier and old.get("times") != times:
-        atomic_write_json(timed, {"what": what, "times": times, "machine": timed_on, "load": {k: v for k, v in load.items() if k.startswith("before_time")}})
+        times, timed_on = measured_step_times()
     ratio = times["electra"] / times["mlm"]
     result = {
         "what": "ELECTRA against MLM pretraining at equal compute, each against its random-init control (issue 61)",
