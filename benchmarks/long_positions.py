@@ -36,6 +36,9 @@ korquad_f1_384, korquad_f1_384_epochs and nsmc (means over the seeds), their per
 seeds, the commands and each arm's ratios (ratio_position_B: bucket B over its 128-token reference;
 ratio_korquad_f1_384_to_128), printed side by side. --smoke runs the whole path at a tiny scale on the embedded sample (the demo
 preset with a 512-token phase, a few steps, two seeds): a check of the script, not a measurement.
+An arm committed beside --stages (NAME-pretrain-manifest.json), before and after too, can be made again on a fresh
+machine for more fine-tunings (`--positions-only --tasks korquad384`; --collect --committed joins them to its rows):
+it stops before any fine-tuning unless its final/ holds the committed weights and config.json.
 """
 
 from __future__ import annotations
@@ -433,6 +436,23 @@ def committed_arm(name: str, results: Path, stages: Path, seeds: list[int]) -> d
     return out
 
 
+def same_as_committed(final: Path, committed: Path) -> None:
+    """Stop where an arm pretrained again is another model than its committed final/ manifest (NAME-pretrain-manifest.json
+    beside --stages) records: its fine-tunings would join that arm's committed position measure and rows under
+    --collect --committed. The weights and config.json are compared by content (bf16 kernels differ between CPUs)."""
+    from corpus_tools.artifacts import machine, sha256_file
+
+    if not committed.is_file():
+        return
+    want = json.loads(committed.read_text(encoding="utf-8"))
+    differ = [n for n in ("model.safetensors", "config.json") if not (final / n).is_file() or sha256_file(final / n) != want["files"].get(n)]
+    if differ:
+        raise SystemExit(f"{final}: {' and '.join(differ)} differ from {committed}'s (pretrained on {want.get('hardware')}; "
+                         f"this machine: {machine()['cpu']}): another model, whose fine-tunings cannot join that arm's committed "
+                         "rows; pretrain it on the kind of CPU it ran on, or pass --stages outside benchmarks/results for a new measurement")
+    print(f"{final}: the committed arm's model ({committed.name}: model.safetensors and config.json equal)", flush=True)
+
+
 def arm(args) -> dict:
     from corpus_tools.artifacts import atomic_write_json
     from korbert.folders import tokenizer_files_sha256
@@ -472,6 +492,7 @@ def arm(args) -> dict:
         print("+", shlex.join(cmd), flush=True)
         subprocess.run(cmd, check=True, cwd=ROOT)
         ran = [shlex.join(["korbert", *cmd[3:]])]
+    same_as_committed(run / "pretrain" / "final", Path(args.stages).parent / f"{args.arm}-pretrain-manifest.json")
     pos, pos_cmds = positions(args, run, work)  # (first: the arm's own figure, minutes, before hours of fine-tuning)
     evals = run_evals(run, args.seeds, args.force, args.tasks) if args.tasks or not args.positions_only else {}
     keep_stages(run, evals, Path(args.stages))
@@ -556,14 +577,17 @@ def main(argv: list[str] | None = None) -> dict:
         return collect(args)
     if not args.arm:
         ap.error("--arm before|after, or --collect")
-    if args.tasks and args.arm in ("before", "after"):
-        ap.error("--tasks is for the decomposition's arms: before and after run every fine-tuning (--collect reads them whole)")
+    committed = (Path(args.stages).parent / f"{args.arm}-pretrain-manifest.json").is_file()  # (its rows join it: --collect --committed)
+    if args.tasks and args.arm in ("before", "after") and not committed:
+        ap.error("--tasks is for the decomposition's arms: before and after run every fine-tuning (--collect reads them whole), "
+                 "unless the arm's pretraining is committed beside --stages")
     if args.controls_only:
         if not args.final_manifest:
             ap.error("--controls-only needs --final-manifest (the arm's committed final/manifest.json)")
         return controls_only(args)
-    if args.positions_only and args.arm in ("before", "after"):
-        ap.error("--positions-only is for the decomposition's arms: before and after are fine-tuned too")
+    if args.positions_only and args.arm in ("before", "after") and not committed:
+        ap.error("--positions-only is for the decomposition's arms: before and after are fine-tuned too, "
+                 "unless the arm's pretraining is committed beside --stages")
     return arm(args)
 
 

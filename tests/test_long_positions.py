@@ -475,3 +475,39 @@ def test_collect_from_the_committed_files_reads_markers_and_results_and_shares_a
     arm("other", [0.25, 0.2, 0.2, 0.2], "another", precision="fp32")
     with pytest.raises(SystemExit, match="other precisions"):
         lp.main(argv)
+
+
+def test_an_arm_made_again_takes_tasks_only_where_committed_and_must_be_the_committed_model(tmp_path, monkeypatch, capsys):
+    """before (or after) with --positions-only --tasks: refused unless its pretraining is committed beside --stages; the
+    arm made again stops before any fine-tuning unless its final/ holds the committed weights and config.json."""
+    from conftest import load_benchmark
+    from safetensors.torch import save_file
+
+    from corpus_tools.artifacts import sha256_file
+
+    lp = load_benchmark("long_positions")
+    stages = tmp_path / "results" / "stages"
+    stages.mkdir(parents=True)
+    argv = ["--arm", "before", "--positions-only", "--tasks", "korquad", "--stages", str(stages)]
+    with pytest.raises(SystemExit):
+        lp.main(argv)
+    assert "unless the arm's pretraining is committed" in capsys.readouterr().err
+    final = tmp_path / "final"
+    final.mkdir()
+    save_file({"w": torch.arange(6, dtype=torch.float32)}, str(final / "model.safetensors"))
+    (final / "config.json").write_text('{"model_type": "bert"}')
+    committed = tmp_path / "results" / "before-pretrain-manifest.json"
+    committed.write_text(json.dumps({"hardware": "Intel(R) Xeon(R) Processor", "files": {
+        n: sha256_file(final / n) for n in ("model.safetensors", "config.json")}}))
+    ran = []
+    monkeypatch.setattr(lp, "arm", lambda args: ran.append((args.arm, args.tasks, args.positions_only)))
+    lp.main(argv)
+    assert ran == [("before", ["korquad"], True)]
+    lp.same_as_committed(final, committed)  # the same model: no stop
+    lp.same_as_committed(final, tmp_path / "nowhere.json")  # nothing committed: nothing to match
+    save_file({"w": torch.arange(6, dtype=torch.float32) + 1e-3}, str(final / "model.safetensors"))  # (another CPU's bf16 weights)
+    with pytest.raises(SystemExit, match=r"model.safetensors differ from .*Intel\(R\) Xeon"):
+        lp.same_as_committed(final, committed)
+    (final / "config.json").unlink()
+    with pytest.raises(SystemExit, match="model.safetensors and config.json differ"):
+        lp.same_as_committed(final, committed)
