@@ -581,6 +581,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.tasks and args.arm in ("before", "after") and not committed:
         ap.error("--tasks is for the decomposition's arms: before and after run every fine-tuning (--collect reads them whole), "
                  "unless the arm's pretraining is committed beside --stages")
+    if committed and not args.positions_only and not args.controls_only:  # (the recipe fine-tunes before same_as_committed)
+        ap.error(f"{args.arm}'s pretraining is committed beside --stages: make it again with --positions-only (and --tasks)")
     if args.controls_only:
         if not args.final_manifest:
             ap.error("--controls-only needs --final-manifest (the arm's committed final/manifest.json)")

@@ -503,6 +503,9 @@ def test_an_arm_made_again_takes_tasks_only_where_committed_and_must_be_the_comm
     monkeypatch.setattr(lp, "arm", lambda args: ran.append((args.arm, args.tasks, args.positions_only)))
     lp.main(argv)
     assert ran == [("before", ["korquad"], True)]
+    with pytest.raises(SystemExit):  # without --positions-only the recipe would fine-tune before the check
+        lp.main(["--arm", "before", "--tasks", "korquad", "--stages", str(stages)])
+    assert "make it again with --positions-only" in capsys.readouterr().err and len(ran) == 1
     lp.same_as_committed(final, committed)  # the same model: no stop
     lp.same_as_committed(final, tmp_path / "nowhere.json")  # nothing committed: nothing to match
     save_file({"w": torch.arange(6, dtype=torch.float32) + 1e-3}, str(final / "model.safetensors"))  # (another CPU's bf16 weights)
