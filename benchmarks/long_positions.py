@@ -38,7 +38,8 @@ ratio_korquad_f1_384_to_128), printed side by side. --smoke runs the whole path 
 preset with a 512-token phase, a few steps, two seeds): a check of the script, not a measurement.
 An arm committed beside --stages (NAME-pretrain-manifest.json), before and after too, can be made again on a fresh
 machine for more fine-tunings (`--positions-only --tasks korquad384`; --collect --committed joins them to its rows):
-it stops before any fine-tuning unless its final/ holds the committed weights and config.json.
+it stops before any fine-tuning unless its final/ holds the committed weights and config.json (so such an arm takes
+--positions-only: the whole recipe would fine-tune first; the commands above are for arms not yet committed).
 """
 
 from __future__ import annotations
