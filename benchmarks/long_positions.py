@@ -38,7 +38,7 @@ ratio_korquad_f1_384_to_128), printed side by side. --smoke runs the whole path 
 preset with a 512-token phase, a few steps, two seeds): a check of the script, not a measurement.
 An arm committed beside --stages (NAME-pretrain-manifest.json), before and after too, can be made again on a fresh
 machine for more fine-tunings (`--positions-only --tasks korquad384`; --collect --committed joins them to its rows):
-it stops before any fine-tuning unless its final/ holds the committed weights and config.json (so such an arm takes
+it stops before any fine-tuning unless its final/ holds the committed weights, config and tokenizer (so such an arm takes
 --positions-only: the whole recipe would fine-tune first; the commands above are for arms not yet committed).
 """
 
@@ -152,7 +152,7 @@ def eval_configs(run: Path, seed: int, saved: dict | None = None) -> dict:
     return out
 
 
-def run_evals(run: Path, seeds: list[int], force: bool, tasks: list[str] | None = None) -> dict:
+def run_evals(run: Path, seeds: list[int], force: bool, tasks: list[str] | None = None, stages: Path | None = None, final: Path | None = None) -> dict:
     from evals import korquad, nsmc
     from korbert.recipe import _cached, _folder_key, eval_key
 
@@ -167,6 +167,8 @@ def run_evals(run: Path, seeds: list[int], force: bool, tasks: list[str] | None 
             done[(name, seed)] = (r, command(c, "nsmc" if name.startswith("nsmc") else "korquad"))
             if skipped:
                 print(f"up to date ({c.out})")
+            if stages is not None:  # (kept as each ends: a killed arm keeps its finished fine-tunings)
+                keep_stages(run, {(name, seed): done[(name, seed)]}, stages, final)
     return done
 
 
@@ -175,13 +177,16 @@ CONTROL_TASKS = [t for t in TASKS if t.endswith("_control")]
 STAND_IN = "control-stand-in"  # the manifest kind of a final/ that holds what a control reads, and no weights
 
 
-def keep_stages(run: Path, done: dict, stages: Path) -> list[str]:
+def keep_stages(run: Path, done: dict, stages: Path, final: Path | None = None) -> list[str]:
     """Copy each eval's marker (recipe-stage.json: its key and result) under stages/ARM/, by its folder's path
     within the run: a session on a fresh machine restores them (restore_stages) and reruns none whose key still
-    holds. Returns the paths written."""
+    holds; first, given the arm's `final` (arm(): the model it checked), NAME-pretrain-manifest.json beside stages/ (a copy
+    of its manifest, if none is there), which a rerun's same_as_committed checks its model against. Returns the markers written."""
     from corpus_tools.artifacts import atomic_write_bytes
 
-    out = []
+    out, manifest = [], stages.parent / f"{run.name}-pretrain-manifest.json"
+    if done and final is not None and final_kind(final) == "model" and not manifest.is_file():  # (never a stand-in)
+        atomic_write_bytes(manifest, (final / "manifest.json").read_bytes())
     if done:  # (what --collect --committed rebuilds the configs, and so the folders and commands, from)
         atomic_write_bytes(stages / run.name / "recipe-config.json", (run / "recipe-config.json").read_bytes())
     configs = {seed: eval_configs(run, seed) for seed in sorted({seed for _, seed in done})}  # (read once per seed)
@@ -293,12 +298,11 @@ def controls_only(args) -> dict:
         print(f"{stand_in_final(saved, Path(args.final_manifest))}: a stand-in for the controls (config and tokenizer "
               f"files equal to {args.final_manifest}'s)", flush=True)
     try:
-        done = run_evals(run, args.seeds, args.force, CONTROL_TASKS)
+        done = run_evals(run, args.seeds, args.force, CONTROL_TASKS, Path(args.stages))
     finally:
         if made and final_kind(final) == STAND_IN:  # (never a model a pretraining exported there meanwhile)
             shutil.rmtree(final, ignore_errors=True)
-    kept = keep_stages(run, done, Path(args.stages))
-    print(f"controls: {len(kept)} markers under {args.stages}/{run.name}", flush=True)
+    print(f"controls: {len(done)} markers under {args.stages}/{run.name}", flush=True)
     return {f"{name}-seed{seed}": r["metrics"] for (name, seed), (r, _) in done.items()}
 
 
@@ -310,9 +314,7 @@ def positions(args, run: Path, work: Path) -> tuple[dict, list[str]]:
     from korbert.folders import tokenizer_files_sha256
     from corpus_tools.artifacts import atomic_write_json
 
-    texts = work / "positions-texts.jsonl"
-    marker = work / "positions-texts.json"
-    vocab = run / "vocab"
+    texts, marker, vocab = work / "positions-texts.jsonl", work / "positions-texts.json", run / "vocab"
     from korbert.data_get import default_folder
 
     corpus = SAMPLE_DATA / "petitions.jsonl.gz" if args.smoke else Path(args.data or default_folder()) / "corpus" / "kowiki.jsonl.gz"
@@ -440,18 +442,19 @@ def committed_arm(name: str, results: Path, stages: Path, seeds: list[int]) -> d
 def same_as_committed(final: Path, committed: Path) -> None:
     """Stop where an arm pretrained again is another model than its committed final/ manifest (NAME-pretrain-manifest.json
     beside --stages) records: its fine-tunings would join that arm's committed position measure and rows under
-    --collect --committed. The weights and config.json are compared by content (bf16 kernels differ between CPUs)."""
+    --collect --committed. Every file it lists but the copied korbert/*.py is compared by content: the weights (bf16
+    kernels differ between CPUs), config.json and the tokenizer files (the .py ones change with the code, not the run)."""
     from corpus_tools.artifacts import machine, sha256_file
 
     if not committed.is_file():
         return
     want = json.loads(committed.read_text(encoding="utf-8"))
-    differ = [n for n in ("model.safetensors", "config.json") if not (final / n).is_file() or sha256_file(final / n) != want["files"].get(n)]
+    differ = [n for n, h in want["files"].items() if not n.endswith(".py") and (not (final / n).is_file() or sha256_file(final / n) != h)]
     if differ:
-        raise SystemExit(f"{final}: {' and '.join(differ)} differ from {committed}'s (pretrained on {want.get('hardware')}; "
+        raise SystemExit(f"{final}: {', '.join(differ)} differ from {committed}'s (pretrained on {want.get('hardware')}; "
                          f"this machine: {machine()['cpu']}): another model, whose fine-tunings cannot join that arm's committed "
                          "rows; pretrain it on the kind of CPU it ran on, or pass --stages outside benchmarks/results for a new measurement")
-    print(f"{final}: the committed arm's model ({committed.name}: model.safetensors and config.json equal)", flush=True)
+    print(f"{final}: the committed arm's model ({committed.name}: its weights, config and tokenizer files equal)", flush=True)
 
 
 def arm(args) -> dict:
@@ -495,8 +498,7 @@ def arm(args) -> dict:
         ran = [shlex.join(["korbert", *cmd[3:]])]
     same_as_committed(run / "pretrain" / "final", Path(args.stages).parent / f"{args.arm}-pretrain-manifest.json")
     pos, pos_cmds = positions(args, run, work)  # (first: the arm's own figure, minutes, before hours of fine-tuning)
-    evals = run_evals(run, args.seeds, args.force, args.tasks) if args.tasks or not args.positions_only else {}
-    keep_stages(run, evals, Path(args.stages))
+    evals = run_evals(run, args.seeds, args.force, args.tasks, Path(args.stages), run / "pretrain" / "final") if args.tasks or not args.positions_only else {}
     pm = json.loads((run / "pretrain" / "final" / "manifest.json").read_text(encoding="utf-8"))
     out = record(pos, evals, pm, sets, resolve_precision(args.precision, cuda=False), [*ran, *sorted({c for _, c in evals.values()}), *pos_cmds])
     atomic_write_json(run / "long-positions-arm.json", out)

@@ -496,9 +496,10 @@ def test_an_arm_made_again_takes_tasks_only_where_committed_and_must_be_the_comm
     final.mkdir()
     save_file({"w": torch.arange(6, dtype=torch.float32)}, str(final / "model.safetensors"))
     (final / "config.json").write_text('{"model_type": "bert"}')
+    (final / "spm.model").write_bytes(b"pieces")
     committed = tmp_path / "results" / "before-pretrain-manifest.json"
     committed.write_text(json.dumps({"hardware": "Intel(R) Xeon(R) Processor", "files": {
-        n: sha256_file(final / n) for n in ("model.safetensors", "config.json")}}))
+        n: sha256_file(final / n) for n in ("config.json", "model.safetensors", "spm.model")}}))
     ran = []
     monkeypatch.setattr(lp, "arm", lambda args: ran.append((args.arm, args.tasks, args.positions_only)))
     lp.main(argv)
@@ -512,5 +513,59 @@ def test_an_arm_made_again_takes_tasks_only_where_committed_and_must_be_the_comm
     with pytest.raises(SystemExit, match=r"model.safetensors differ from .*Intel\(R\) Xeon"):
         lp.same_as_committed(final, committed)
     (final / "config.json").unlink()
-    with pytest.raises(SystemExit, match="model.safetensors and config.json differ"):
+    with pytest.raises(SystemExit, match="config.json, model.safetensors differ"):
         lp.same_as_committed(final, committed)
+    (final / "config.json").write_text('{"model_type": "bert"}')
+    save_file({"w": torch.arange(6, dtype=torch.float32)}, str(final / "model.safetensors"))
+    lp.same_as_committed(final, committed)
+    (final / "korbert_text.py").write_text("# the code's copy")  # (the code's, not the run's: a later commit may change it)
+    committed.write_text(json.dumps({**json.loads(committed.read_text()), "files": {
+        **json.loads(committed.read_text())["files"], "korbert_text.py": "older"}}))
+    lp.same_as_committed(final, committed)
+    (final / "spm.model").write_bytes(b"other pieces")  # (the same weights over another vocabulary: another model)
+    with pytest.raises(SystemExit, match=r": spm.model differ"):
+        lp.same_as_committed(final, committed)
+
+
+def test_keep_stages_commits_the_arms_manifest_first_and_run_evals_keeps_each_fine_tuning_as_it_ends(tmp_path, monkeypatch):
+    """A killed arm keeps the markers of the fine-tunings it finished, and the arm's final/ manifest beside them (what a
+    rerun's same_as_committed checks its model against): never a control's stand-in's, never over a committed one."""
+    from conftest import load_benchmark
+    import korbert.recipe as R
+
+    lp = load_benchmark("long_positions")
+    run, stages = tmp_path / "runs" / "arm1", tmp_path / "results" / "stages"
+    saved = {t: {"model": f"{run}/pretrain/final", "out": f"{run}/{t.split('_')[0]}/{'control' if 'control' in t else 'model'}",
+                 "control": "control" in t, "seed": 42} for t in ("nsmc", "nsmc_control", "korquad", "korquad_control")}
+    run.mkdir(parents=True)
+    (run / "recipe-config.json").write_text(json.dumps(saved))
+    final, manifest = run / "pretrain" / "final", tmp_path / "results" / "arm1-pretrain-manifest.json"
+    final.mkdir(parents=True)
+    (final / "manifest.json").write_text(json.dumps({"kind": lp.STAND_IN}))
+    ran = []
+
+    def cached(out, key, fn, force):  # (the fine-tuning: its marker written, as _cached does; killed in korquad384's)
+        if out.parent.name == "korquad384":
+            raise KeyboardInterrupt
+        ran.append(out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "recipe-stage.json").write_text(json.dumps({"key": f"k{len(ran)}"}))
+        return {"metrics": {}}, False
+
+    monkeypatch.setattr(R, "_cached", cached)
+    monkeypatch.setattr(R, "_folder_key", lambda *a, **k: "folder")
+    with pytest.raises(KeyboardInterrupt):
+        lp.run_evals(run, [43], False, ["nsmc_control", "korquad_control", "korquad384_control"], stages, final)
+    kept = sorted(str(p.relative_to(stages / "arm1")) for p in stages.rglob("recipe-stage.json"))
+    assert kept == ["seed-43/korquad/control/recipe-stage.json", "seed-43/nsmc/control/recipe-stage.json"]
+    assert not manifest.exists()  # (a stand-in is no model to check a rerun against)
+    (final / "manifest.json").write_text(json.dumps({"kind": "model", "files": {"model.safetensors": "a"}}))
+    assert lp.keep_stages(run, {}, stages, final) == [] and not manifest.exists()  # (nothing kept: nothing committed)
+    ran.clear()
+    lp.run_evals(run, [43], False, ["nsmc_control"], stages)  # (controls_only's call: no model it checked)
+    assert not manifest.exists()
+    lp.run_evals(run, [43], False, ["nsmc_control"], stages, final)  # (arm()'s)
+    assert json.loads(manifest.read_text())["files"] == {"model.safetensors": "a"}
+    (final / "manifest.json").write_text(json.dumps({"kind": "model", "files": {"model.safetensors": "b"}}))
+    lp.run_evals(run, [43], False, ["nsmc_control"], stages, final)
+    assert json.loads(manifest.read_text())["files"] == {"model.safetensors": "a"}  # (never over a committed one)
