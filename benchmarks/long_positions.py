@@ -185,9 +185,9 @@ def keep_stages(run: Path, done: dict, stages: Path, final: Path | None = None) 
     from corpus_tools.artifacts import atomic_write_bytes
 
     out, manifest = [], stages.parent / f"{run.name}-pretrain-manifest.json"
-    if done and final is not None and final_kind(final) == "model" and not manifest.is_file():  # (never a stand-in)
-        atomic_write_bytes(manifest, (final / "manifest.json").read_bytes())
-    if done:  # (what --collect --committed rebuilds the configs, and so the folders and commands, from)
+    if done:  # (the manifest, never a stand-in's; the config --collect --committed rebuilds the folders and commands from)
+        if final is not None and final_kind(final) == "model" and not manifest.is_file():
+            atomic_write_bytes(manifest, (final / "manifest.json").read_bytes())
         atomic_write_bytes(stages / run.name / "recipe-config.json", (run / "recipe-config.json").read_bytes())
     configs = {seed: eval_configs(run, seed) for seed in sorted({seed for _, seed in done})}  # (read once per seed)
     for (name, seed), (_, _) in sorted(done.items(), key=lambda kv: (kv[0][1], kv[0][0])):

@@ -561,7 +561,6 @@ def test_keep_stages_commits_the_arms_manifest_first_and_run_evals_keeps_each_fi
     assert not manifest.exists()  # (a stand-in is no model to check a rerun against)
     (final / "manifest.json").write_text(json.dumps({"kind": "model", "files": {"model.safetensors": "a"}}))
     assert lp.keep_stages(run, {}, stages, final) == [] and not manifest.exists()  # (nothing kept: nothing committed)
-    ran.clear()
     lp.run_evals(run, [43], False, ["nsmc_control"], stages)  # (controls_only's call: no model it checked)
     assert not manifest.exists()
     lp.run_evals(run, [43], False, ["nsmc_control"], stages, final)  # (arm()'s)
