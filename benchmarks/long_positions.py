@@ -22,14 +22,12 @@ per seed (the recipe ran seed 42 at 128, whatever --seeds says; the rest run her
 arm resumes); and, first of the evals and cached too, the position measure (`korbert eval positions`) on
 held-out kowiki articles chosen once (`korbert eval positions-texts`, after the preset's first 8,000) and read by both arms.
 
-The model is also fine-tuned at 384 by the preset's epochs alone (`korquad384_epochs`: fewer steps than at
-128), so the fine-tuning budget's share of the 384-token gap is read on the same model. Further arms, one
-candidate each, with --positions-only (pretraining and the position measure, no fine-tuning):
-`--arm schedule --set pretrain.long_schedule=own pretrain.long_warmup=0.1`, `--arm copy --set
-pretrain.long_init=copy`, `--arm long-docs --set shards_long.min_chars=1000`; they go under `decomposition`.
-An arm that differs from a pretrained one only in the long phase's settings starts from that run's switch
-(`--set pretrain.fork_from=WORK/ARM/pretrain`: korbert/fork.py checks the run key), so it pretrains the
-long phase alone: the same weights and losses as the whole run.
+The model is also fine-tuned at 384 by the preset's epochs alone (`korquad384_epochs`: fewer steps than at 128), so the
+fine-tuning budget's share of the 384-token gap is read on the same model. Further arms, one candidate each, with
+--positions-only (pretraining and the position measure, no fine-tuning): `--arm schedule --set pretrain.long_schedule=own
+pretrain.long_warmup=0.1`, `--arm copy --set pretrain.long_init=copy`, `--arm long-docs --set shards_long.min_chars=1000`.
+An arm that differs from a pretrained one only in the long phase's settings starts from that run's switch (`--set
+pretrain.fork_from=WORK/ARM/pretrain`: korbert/fork.py checks the key): the long phase alone, the same weights as the whole run.
 --collect writes --result (default benchmarks/results/long-positions-cpu.json) with a `before` and an
 `after` object: mlm_acc_by_position / mlm_acc_128_reference and their token counts, korquad_f1_128,
 korquad_f1_384, korquad_f1_384_epochs and nsmc (means over the seeds), their per-seed values and ranges, the control's, the
@@ -214,14 +212,14 @@ def restore_stages(run: Path, stages: Path) -> int:
 
 
 def stand_in_final(saved: dict, manifest: Path) -> Path:
-    """The arm's final/ as a control reads it, without pretraining: config.json and the tokenizer files, made as
-    the export makes them (korbert.checkpoint.model_config and export, for the preset's model over its vocabulary)
-    and checked byte for byte against `manifest`, the committed final/manifest.json of the arm's real pretraining.
-    No weights: open_folder refuses it for a pretrained model's eval, and its manifest's kind is not a model's,
-    so a pretraining in this run still runs and replaces it."""
+    """The arm's final/ as a control reads it, without pretraining: config.json and the tokenizer files, made as the
+    export makes them (korbert.checkpoint.model_config and export) and checked against `manifest`, the committed
+    final/manifest.json of the arm's pretraining (byte for byte, config.json's transformers_version stamp aside). No
+    weights: open_folder refuses it for a pretrained model's eval; its manifest's kind is no model's, so a pretraining here still replaces it."""
     from corpus_tools.artifacts import atomic_write_json, sha256_file
     from korbert import foreign
     from korbert.checkpoint import export, model_config
+    from korbert.folders import file_sha256_as_written_by
     from korbert.model import KorBertForPreTraining
     from korbert.pretrain_config import PretrainConfig
 
@@ -244,7 +242,8 @@ def stand_in_final(saved: dict, manifest: Path) -> Path:
     files = sorted(p.name for p in tmp.iterdir() if p.is_file())
     got = {n: sha256_file(tmp / n) for n in files}
     wanted = set(want["files"]) - {"model.safetensors"}
-    differ = sorted({n for n in files if got[n] != want["files"].get(n)} | (wanted ^ set(files)))
+    differ = sorted({n for n in files if file_sha256_as_written_by(tmp / n, want.get("versions", {}).get("transformers")) != want["files"].get(n)}
+                    | (wanted ^ set(files)))
     if differ:
         raise SystemExit(f"{tmp} is not {manifest}'s final/: {', '.join(differ)} differ, are missing or are extra, "
                          "so its controls would not be that run's")
@@ -440,16 +439,17 @@ def committed_arm(name: str, results: Path, stages: Path, seeds: list[int]) -> d
 
 
 def same_as_committed(final: Path, committed: Path) -> None:
-    """Stop where an arm pretrained again is another model than its committed final/ manifest (NAME-pretrain-manifest.json
-    beside --stages) records: its fine-tunings would join that arm's committed position measure and rows under
-    --collect --committed. Every file it lists but the copied korbert/*.py is compared by content: the weights (bf16
-    kernels differ between CPUs), config.json and the tokenizer files (the .py ones change with the code, not the run)."""
-    from corpus_tools.artifacts import machine, sha256_file
+    """Stop where an arm pretrained again is another model than its committed final/ manifest (NAME-pretrain-manifest.json beside
+    --stages) records: its fine-tunings would join that arm's committed rows. Every file it lists but the copied korbert/*.py is
+    compared by content (bf16 kernels differ between CPUs; config.json's transformers_version stamp aside: the library's, not the model's)."""
+    from corpus_tools.artifacts import machine
+    from korbert.folders import file_sha256_as_written_by
 
     if not committed.is_file():
         return
     want = json.loads(committed.read_text(encoding="utf-8"))
-    differ = [n for n, h in want["files"].items() if not n.endswith(".py") and (not (final / n).is_file() or sha256_file(final / n) != h)]
+    tv = want.get("versions", {}).get("transformers")
+    differ = [n for n, h in want["files"].items() if not n.endswith(".py") and not ((final / n).is_file() and file_sha256_as_written_by(final / n, tv) == h)]
     if differ:
         raise SystemExit(f"{final}: {', '.join(differ)} differ from {committed}'s (pretrained on {want.get('hardware')}; "
                          f"this machine: {machine()['cpu']}): another model, whose fine-tunings cannot join that arm's committed "

@@ -44,6 +44,18 @@ def files_sha256(path: Path, names: tuple[str, ...], canonical: dict[str, bytes]
     return h.hexdigest()
 
 
+def file_sha256_as_written_by(path: Path, transformers_version: str | None) -> str:
+    """sha256 of a file as it would read had `transformers_version` written it: config.json's
+    "transformers_version" stamp names the library that saved it, not the model (other files, or None: as they are)."""
+    import hashlib
+    import re
+
+    data = Path(path).read_bytes()
+    if Path(path).name == "config.json" and transformers_version:
+        data = re.sub(rb'"transformers_version": "[^"]*"', b'"transformers_version": "' + transformers_version.encode() + b'"', data)
+    return hashlib.sha256(data).hexdigest()
+
+
 def tokenizer_files_sha256(path: Path) -> str:
     """The tokenizer's identity that can be computed without loading it (no Kiwi needed). A plain-kind
     export's tokenizer_config.json counts as its vocabulary folder's file: the export sets the length

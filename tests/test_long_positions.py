@@ -495,10 +495,11 @@ def test_an_arm_made_again_takes_tasks_only_where_committed_and_must_be_the_comm
     final = tmp_path / "final"
     final.mkdir()
     save_file({"w": torch.arange(6, dtype=torch.float32)}, str(final / "model.safetensors"))
-    (final / "config.json").write_text('{"model_type": "bert"}')
+    config = '{"model_type": "bert", "transformers_version": "%s"}'
+    (final / "config.json").write_text(config % "5.24.0")
     (final / "spm.model").write_bytes(b"pieces")
     committed = tmp_path / "results" / "before-pretrain-manifest.json"
-    committed.write_text(json.dumps({"hardware": "Intel(R) Xeon(R) Processor", "files": {
+    committed.write_text(json.dumps({"hardware": "Intel(R) Xeon(R) Processor", "versions": {"transformers": "5.24.0"}, "files": {
         n: sha256_file(final / n) for n in ("config.json", "model.safetensors", "spm.model")}}))
     ran = []
     monkeypatch.setattr(lp, "arm", lambda args: ran.append((args.arm, args.tasks, args.positions_only)))
@@ -508,6 +509,12 @@ def test_an_arm_made_again_takes_tasks_only_where_committed_and_must_be_the_comm
         lp.main(["--arm", "before", "--tasks", "korquad", "--stages", str(stages)])
     assert "make it again with --positions-only" in capsys.readouterr().err and len(ran) == 1
     lp.same_as_committed(final, committed)  # the same model: no stop
+    (final / "config.json").write_text(config % "5.25.0")  # exported by a later transformers: its stamp alone differs
+    lp.same_as_committed(final, committed)
+    (final / "config.json").write_text(config.replace("bert", "roberta") % "5.24.0")
+    with pytest.raises(SystemExit, match=r": config.json differ"):
+        lp.same_as_committed(final, committed)
+    (final / "config.json").write_text(config % "5.24.0")
     lp.same_as_committed(final, tmp_path / "nowhere.json")  # nothing committed: nothing to match
     save_file({"w": torch.arange(6, dtype=torch.float32) + 1e-3}, str(final / "model.safetensors"))  # (another CPU's bf16 weights)
     with pytest.raises(SystemExit, match=r"model.safetensors differ from .*Intel\(R\) Xeon"):
@@ -515,7 +522,7 @@ def test_an_arm_made_again_takes_tasks_only_where_committed_and_must_be_the_comm
     (final / "config.json").unlink()
     with pytest.raises(SystemExit, match="config.json, model.safetensors differ"):
         lp.same_as_committed(final, committed)
-    (final / "config.json").write_text('{"model_type": "bert"}')
+    (final / "config.json").write_text(config % "5.24.0")
     save_file({"w": torch.arange(6, dtype=torch.float32)}, str(final / "model.safetensors"))
     lp.same_as_committed(final, committed)
     (final / "korbert_text.py").write_text("# the code's copy")  # (the code's, not the run's: a later commit may change it)
