@@ -3,7 +3,7 @@
     python benchmarks/electra_vs_mlm.py --steps 1634 --seeds 42 43 --data ../shared/data
     python benchmarks/electra_vs_mlm.py --time-only --data ../shared/data      # the step-time ratio alone
 
-Both arms read the same shards: the `cpu` preset's corpus, vocabulary and long phase, with MLM-only instances
+Both arms read the same shards: the `cpu` preset's corpus, vocabulary and long phase (before issue 58), with MLM-only instances
 (`shards.nsp=false`: ELECTRA has no use for random B segments; packed, since the shards stage builds no
 document instances without NSP), and the preset's model size, rows per step, lr and schedule. The MLM arm
 is `--objective mlm` for --steps optimizer steps; the ELECTRA arm (`--objective electra`, generator at --generator-size) gets the steps that cost the same time: --steps / (its step time / MLM's), the
@@ -138,10 +138,11 @@ def arms_plan(preset: str, work: Path, data: str, workers: int, klue: list[str],
     packed: rows of up to the preset's lengths, the preset's rows per step (more tokens a step than its document
     instances hold at the same lr)."""
     from corpus_tools import config as C
-    from korbert.recipe import RecipeConfig, stage_configs
+    from korbert.recipe import LONG_PHASE_BEFORE_58, RecipeConfig, stage_configs
 
+    # (the preset's long phase as this comparison ran it, before issue 58's defaults: a run again reproduces it)
     recipe = C.parse(RecipeConfig, ["--preset", preset, "--out", str(work / "shared"), *(["--data", data] if data else []), "--workers", str(workers),
-                                    "--klue", *(klue or ["none"]), "--set", "shards.nsp=false", "shards.instances=packed", *extra], prog="electra_vs_mlm")
+                                    "--klue", *(klue or ["none"]), "--set", "shards.nsp=false", "shards.instances=packed", *LONG_PHASE_BEFORE_58, *extra], prog="electra_vs_mlm")
     return stage_configs(recipe)
 
 

@@ -4,12 +4,9 @@
     python benchmarks/long_positions.py --arm after  --steps 10000 --seeds 42 43 44     # --after-set: the change
     python benchmarks/long_positions.py --collect                                       # both arms -> the result file
 
-Each arm is the `cpu` preset on a step budget (the tokenizer study's: the same steps on any machine),
-run alone:
-
+Each arm is the `cpu` preset as it was before issue 58 (PINNED) on a step budget (the tokenizer study's), run alone:
     korbert run --preset cpu --out WORK/ARM --workers 2 --set pretrain.max_minutes=0 pretrain.max_steps=N
-        pretrain.precision=P nsmc.seed=42 korquad.seed=42 [the arm's settings]
-
+        pretrain.precision=P nsmc.seed=42 korquad.seed=42 [PINNED] [the arm's settings]
 (P: --precision, default auto as the preset: bf16 on a CPU with bf16 instructions). An arm after the
 first starts from a copy of the `before` arm's vocabulary (the recipe rebuilds it if its inputs or
 settings differ), so the arms share their tokenizer and the position texts chosen with it; it reads the
@@ -57,6 +54,9 @@ sys.path.insert(0, str(ROOT))
 # the candidates built for issue 58: the long phase's own warmup and decay, its new positions copied from the trained ones,
 # and long shards of long documents only (1,000 characters and up: no review reaches it, so no instance is a one-line review)
 AFTER = ["pretrain.long_schedule=own", "pretrain.long_warmup=0.1", "pretrain.long_init=copy", "shards_long.min_chars=1000"]
+# the cpu preset's long phase every arm here was measured from (with its document instances): pinned, so `before`
+# stays the preset as it was and each arm's --set is its change (the recipe records the same values as then)
+from korbert.recipe import LONG_PHASE_BEFORE_58 as PINNED  # noqa: E402
 RECIPE_SEED = 42
 TASKS = ["nsmc", "nsmc_control", "korquad", "korquad_control", "korquad384", "korquad384_control", "korquad384_epochs"]
 WIDE = dict(max_len=384, stride=128, max_query_len=64, epoch_window="128/32/40")
@@ -87,7 +87,7 @@ def recipe_command(args, run: Path, sets: list[str]) -> list[str]:
     # the recipe's fine-tuning seed is the first default one whatever --seeds says: its results are that seed's
     # (eval_configs), so `--seeds 43 44` on an arm must not rerun the recipe's folder under 43 over 42's
     base = ["pretrain.max_minutes=0", f"pretrain.max_steps={args.steps}", f"pretrain.precision={args.precision}", f"nsmc.seed={RECIPE_SEED}",
-            f"korquad.seed={RECIPE_SEED}", *(SMOKE if args.smoke else [])]
+            f"korquad.seed={RECIPE_SEED}", *PINNED, *(SMOKE if args.smoke else ["shards_long.instances=document"])]
     return [sys.executable, "-m", "korbert.cli", "run", "--preset", preset, "--out", str(run), *(["--data", args.data] if args.data else []),
             *(["--workers", str(args.workers)] if args.workers else []), "--set", *base, *sets]
 

@@ -5,7 +5,7 @@
 For each kind this runs
 
     korbert run --preset cpu --out WORK-KIND --set vocab.kind=KIND pretrain.max_minutes=0 pretrain.max_steps=N
-        pretrain.precision=fp32 nsmc.seed=S1 korquad.seed=S1
+        pretrain.precision=fp32 nsmc.seed=S1 korquad.seed=S1 [PINNED: the long phase as the study ran it]
 
 and then, on the model that run pretrained, NSMC-R and KorQuAD again for every further seed, each
 with its own random-init control (the run's fine-tuning settings from its recipe-config.json, only
@@ -49,14 +49,17 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from corpus_tools.artifacts import atomic_write_json, machine  # noqa: E402
+from korbert.recipe import LONG_PHASE_BEFORE_58  # noqa: E402
 
 KINDS = ("morpheme", "morpheme-attached", "plain")
+# the preset's long phase as the study ran it (before issue 58's defaults), so that a run again reproduces it
+PINNED = [*LONG_PHASE_BEFORE_58, "shards_long.instances=document"]
 TASKS = ("nsmc", "nsmc_control", "korquad", "korquad_control")
 
 
 def recipe_command(kind: str, run: Path, steps: int, seed: int, data: str, extra: list[str]) -> list[str]:
     sets = [f"vocab.kind={kind}", "pretrain.max_minutes=0", f"pretrain.max_steps={steps}", "pretrain.precision=fp32",
-            f"nsmc.seed={seed}", f"korquad.seed={seed}", *extra]
+            f"nsmc.seed={seed}", f"korquad.seed={seed}", *PINNED, *extra]
     return [sys.executable, "-m", "korbert.cli", "run", "--preset", "cpu", "--out", str(run), *(["--data", data] if data else []),
             "--set", *sets]
 
@@ -234,7 +237,7 @@ def settings(cfg: dict) -> dict:
     vocab.kind and the --set entry that chose it, and the TF-IDF baseline's analyzer (it follows the kind)."""
     run = json.dumps(cfg["recipe"]["out"], ensure_ascii=False)[1:-1]
     cfg = json.loads(json.dumps(cfg, ensure_ascii=False).replace(f'"{run}"', '"RUN"').replace(f'"{run}/', '"RUN/'))
-    cfg["recipe"]["set"] = [s for s in cfg["recipe"]["set"] if not s.startswith("vocab.kind=")]
+    cfg["recipe"]["set"] = [s for s in cfg["recipe"]["set"] if not s.startswith("vocab.kind=") and s not in PINNED]  # (the rows before had none)
     cfg["vocab"].pop("kind", None)
     cfg.get("baseline", {}).pop("analyzer", None)
     return cfg

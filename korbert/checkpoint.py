@@ -59,7 +59,7 @@ def run_key(
         ident["long_shards"] = long_key  # by content, as the shards
         if not cfg.tokens_per_batch:
             ident["long_rows"] = "real-tokens"  # the long phase's rows keep the real tokens per step (before: rows x 128 / 512)
-        # added later: at their defaults (the only behaviour before) a run keeps its key; the warmup and lr count only with own
+        # added later: at shared and keep (the only behaviour before) a run keeps its key; the warmup and lr count only with own
         if ident["long_schedule"] == "shared":
             del ident["long_schedule"], ident["long_warmup"], ident["long_lr"]
         if ident["long_init"] == "keep":
@@ -81,11 +81,12 @@ def run_key(
     return hashlib.sha256(json.dumps([ident, shards_key, tokenizer_hash, world], sort_keys=True).encode()).hexdigest()
 
 
-def load_checkpoint(cfg: PretrainConfig, out: Path, key: str, key_other_compile, dist) -> dict | None:
+def load_checkpoint(cfg: PretrainConfig, out: Path, key: str, key_other_compile, dist, key_before_58=None) -> dict | None:
     """out/ckpt.pt when it holds this run (`key`), to resume; None to start fresh (none there, --force, or
     --replace of another run's, whose files are then removed). Refused with one line: --no-resume, another
-    number of processes (each rank's streams continue), another run, or one cut with the other --compile
-    (`key_other_compile()`: this run's key with --compile flipped)."""
+    number of processes (each rank's streams continue), another run, one cut with the other --compile
+    (`key_other_compile()`: this run's key with --compile flipped), or one of the long phase's defaults before
+    issue 58 (`key_before_58()`: this run's key with --long-schedule shared --long-init keep)."""
     import torch
 
     ckpt_path, log_path, final = out / "ckpt.pt", out / "log.jsonl", out / "final"
@@ -112,6 +113,9 @@ def load_checkpoint(cfg: PretrainConfig, out: Path, key: str, key_other_compile,
                 raise InputError(f"{ckpt_path} does not say whether it was trained with --compile ({why}): pass --force to start over")
             was = "with" if state["state"]["bucketed"] else "without"
             raise InputError(f"{ckpt_path} was trained {was} --compile ({why}): resume it {was} --compile, or pass --force to start over")
+        elif foreign and key_before_58 and state["state"]["run_key"] == key_before_58():
+            raise InputError(f"{ckpt_path} was trained with --long-schedule shared --long-init keep, the long phase's defaults before "
+                             "issue 58: pass both to resume it, or --force to start over")
         elif foreign:
             raise InputError(f"{ckpt_path} belongs to another run (other shards or settings); pass --force to start over")
     if force and dist.main:

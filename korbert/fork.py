@@ -3,7 +3,7 @@ when the two runs differ only in what the long phase alone reads: --long-shards,
 --long-lr, --long-nsp. Up to the switch they are then the same training (weights, optimizer, data position and random
 streams), so the fork continues exactly as a resume would, and trying another long phase costs the long
 phase alone. The check is by key: switch.pt holds its run's `short_key` (korbert.checkpoint.run_key with
-the long-phase-only settings at their defaults and the long shards' length), which must be this run's;
+the long-phase-only settings neutral and the long shards' length), which must be this run's;
 and the budgets it trained under, which must be this run's one budget."""
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ def switch_file(fork_from: str) -> Path:
 
 
 def short_key(cfg: PretrainConfig, key_of: Callable[[PretrainConfig, str], str], long_len: int) -> str:
-    """The key of a run's training up to its switch: its run key with the long-phase-only settings at their
-    defaults and its long shards' length in place of their content (`key_of(config, long_key)`)."""
+    """The key of a run's training up to its switch: its run key with the long-phase-only settings neutral (their
+    defaults, long_init keep) and its long shards' length in place of their content (`key_of(config, long_key)`)."""
     neutral = {f.name: f.default for f in dataclasses.fields(cfg) if f.name in LONG_ONLY}
+    neutral["long_init"] = "keep"  # (the default when switch.pt files were first keyed: theirs still match)
     return key_of(dataclasses.replace(cfg, **{**neutral, "long_shards": "-"}), f"max_seq_len {long_len}")
 
 

@@ -117,7 +117,7 @@ class Trainer:
         self.long_manifest = long_shards_manifest(cfg, sm) if cfg.long_shards else None
         if cfg.long_shards and cfg.long_init == "copy" and self.init and (self.init["trained_seq_len"] or 0) > sm["config"]["max_seq_len"]:
             raise InputError(f"--long-init copy: --init-from {cfg.init_from} already trained positions up to "
-                             f"{self.init['trained_seq_len']}; copying rows over them would discard them (use --long-init keep)")
+                             f"{self.init['trained_seq_len']}; copying rows over them (--long-init copy, the default) would discard them: pass --long-init keep")
         self.second = {"mlm+nsp": "nsp", "electra": "disc"}.get(cfg.objective)  # the second loss: NSP, ELECTRA's discriminator, none
         self.nsp = self.second == "nsp"  # (the batches carry NSP labels)
         self.long_nsp = self.nsp and cfg.long_nsp  # (the long phase's do: --no-long-nsp)
@@ -139,7 +139,8 @@ class Trainer:
         train, valid, long_train, long_valid = open_readers(cfg, sm, self.long_manifest, dist)
 
         # -- resume or start
-        state = load_checkpoint(cfg, out, key, lambda: self._key_with(compile=not cfg.compile), dist)
+        state = load_checkpoint(cfg, out, key, lambda: self._key_with(compile=not cfg.compile), dist,
+                                lambda: self._key_with(long_schedule="shared", long_init="keep") if cfg.long_shards else None)
         self.forked = state is None and bool(cfg.fork_from)  # --fork-from: another run's state before its long phase
         if self.forked:
             state = fork_state(cfg, self._key_of, self.precision, dist.world, self.long_manifest["config"]["max_seq_len"] if self.long_manifest else 0)

@@ -34,15 +34,16 @@ class PretrainConfig:
     long_phase: float = C.field(0.1, "with --long-shards: the share of the budget (steps, tokens or minutes) trained on them, at its end")
     long_other_inputs: bool = C.field(False, "accept --long-shards built from other input files than --shards (refused by default)")
     long_schedule: str = C.field(
-        "shared", "with --long-shards: shared: one warmup and decay over the whole budget (the long phase trains at its tail); "
-        "own: the short phase decays to 0 at the switch and the long phase has its own warmup (--long-warmup) and decay to 0 "
-        "from --long-lr (NVIDIA's BERT phase 2)", choices=["shared", "own"],
+        "own", "with --long-shards: own: the short phase decays to 0 at the switch and the long phase has its own warmup "
+        "(--long-warmup) and decay to 0 from --long-lr (NVIDIA's BERT phase 2); shared: one warmup and decay over the whole "
+        "budget, the long phase at its tail (the default before issue 58: its new positions stay barely trained)", choices=["own", "shared"],
     )
     long_warmup: float = C.field(0.1, "with --long-schedule own: the share of the long phase spent warming up to --long-lr")
-    long_lr: float = C.field(0.0, "with --long-schedule own: the long phase's peak learning rate (0: --lr)")
+    long_lr: float = C.field(0.0, "with --long-schedule own: the long phase's peak learning rate (0: --lr; the presets re-warm to half their --lr)")
     long_init: str = C.field(
-        "keep", "with --long-shards: keep: positions past the short shards' length start the long phase as initialized; "
-        "copy: at the switch they become copies of the trained ones, tiled (Longformer), once", choices=["keep", "copy"],
+        "copy", "with --long-shards: copy: at the switch positions past the short shards' length become copies of the trained "
+        "ones, tiled (Longformer), once; keep: they start the long phase as initialized (an --init-from model that trained them "
+        "needs keep)", choices=["copy", "keep"],
     )
     long_nsp: bool = C.field(
         True, "with --long-shards and --objective mlm+nsp: the long phase trains NSP too; --no-long-nsp: MLM alone there, its "

@@ -53,6 +53,8 @@ _data = {
     "korquad_train": "korquad/KorQuAD_v1.0_train.json",  # when present: the official protocol
 }
 
+# the long phase's settings before issue 58 made its fix the default: the benchmarks that measured the old presets pin them
+LONG_PHASE_BEFORE_58 = ["pretrain.long_schedule=shared", "pretrain.long_init=keep", "pretrain.long_lr=0"]
 # preset -> data + per-stage settings (fields of VocabConfig, ShardsConfig, PretrainConfig, NsmcConfig, ...)
 PRESETS = {
     "demo": {
@@ -77,12 +79,14 @@ PRESETS = {
         "about": "the data folder's reviews + petitions + the first 8,000 kowiki articles (KorQuAD's domain); "
                  "all of its NSMC and KorQuAD (the official protocol with the train file, else the dev split); 16k vocabulary; BERT-tiny deepened to 4 layers (L4/H128, "
                  "sized for the budget: benchmarks/results/recipe-cpu/README.txt), 30 min of CPU pretraining, the last 10% at 512 tokens "
-                 "(BERT's recipe: document instances, MLM + NSP, 64 instances per step at lr 1e-3)",
+                 "(BERT's recipe: document instances, MLM + NSP, 64 instances per step at lr 1e-3; the long phase on packed instances, "
+                 "re-warmed to half the peak, its new positions copied from the trained ones: issue 58, docs/results.md)",
         "vocab": {"vocab_size": 16000},
         "shards": {},
-        "shards_long": {"max_seq_len": 512},  # BERT's second phase: the last 10% of the time on 512-token instances
+        # BERT's second phase: the last 10% of the time on 512-token instances, packed so that every one reaches past 128
+        "shards_long": {"max_seq_len": 512, "instances": "packed"},
         "pretrain": {"model_size": "tiny", "override": ["num_hidden_layers=4"], "max_steps": 0, "max_minutes": 30, "batch_size": 64, "lr": 1e-3,
-                     "eval_every": 500, "eval_instances": 2000, "long_phase": 0.1},
+                     "eval_every": 500, "eval_instances": 2000, "long_phase": 0.1, "long_lr": 5e-4},
         "nsmc": {"epochs": 1, "lr": 1e-4, "batch_size": 64},
         # 128-token windows after the long phase: the best KorQuAD F1 of the settings tried (docs/results.md)
         "korquad": {"epochs": 2, "lr": 2e-4, "batch_size": 16, "max_len": 128, "stride": 32, "max_query_len": 40},
@@ -97,9 +101,9 @@ PRESETS = {
                  "lr 5e-4 after a 500-step warmup (chosen among three: docs/results.md)",
         "vocab": {"vocab_size": 32000},
         "shards": {},
-        "shards_long": {"max_seq_len": 512},  # BERT's second phase: the last 10% of the time on 512-token instances
+        "shards_long": {"max_seq_len": 512, "instances": "packed"},  # the cpu preset's long phase (measured there; on a GPU: issue 62)
         "pretrain": {"model_size": "small", "max_steps": 0, "max_minutes": 60, "tokens_per_batch": 65536, "pack": True, "lr": 5e-4, "warmup": 500,
-                     "compile": True, "eval_every": 1000, "long_phase": 0.1},
+                     "compile": True, "eval_every": 1000, "long_phase": 0.1, "long_lr": 2.5e-4},
         "nsmc": {"epochs": 2, "lr": 1e-4, "batch_size": 64},
         "korquad": {"epochs": 3, "lr": 1e-4, "batch_size": 32},
         "klue": {"epochs": 3, "lr": 1e-4, "batch_size": 32},
@@ -111,9 +115,9 @@ PRESETS = {
         "about": "the data folder's reviews + petitions + kowiki; BERT-base for 4 hours on one H100 (bf16, torch.compile); multi-GPU with torchrun (not yet run)",
         "vocab": {"vocab_size": 32000},
         "shards": {},
-        "shards_long": {"max_seq_len": 512},
+        "shards_long": {"max_seq_len": 512, "instances": "packed"},
         "pretrain": {"model_size": "base", "max_steps": 0, "max_minutes": 240, "tokens_per_batch": 131072, "pack": True, "lr": 4e-4, "warmup": 0.02,
-                     "compile": True, "eval_every": 2000, "long_phase": 0.1},
+                     "compile": True, "eval_every": 2000, "long_phase": 0.1, "long_lr": 2e-4},
         "nsmc": {"epochs": 2, "lr": 5e-5, "batch_size": 64},
         "korquad": {"epochs": 2, "lr": 5e-5, "batch_size": 32},
         "klue": {"epochs": 3, "lr": 5e-5, "batch_size": 32},
@@ -316,6 +320,11 @@ def stage_configs(cfg: RecipeConfig) -> dict:
             cfgs["pretrain"] = replace(cfgs["pretrain"], long_shards=cfgs["shards_long"].out)
     else:
         del cfgs["shards_long"]
+    if cfg.init_from and cfgs["pretrain"].long_shards and start.trained_positions > cfgs["shards"].max_seq_len:  # rows it trained
+        if "long_init" in overrides["pretrain"] and cfgs["pretrain"].long_init == "copy":
+            raise InputError(f"--set pretrain.long_init=copy: --init-from {cfg.init_from} trained positions up to {start.trained_positions}, "
+                             "which copies would overwrite at the switch; leave long_init to the recipe (keep)")
+        cfgs["pretrain"] = replace(cfgs["pretrain"], long_init="keep")
     # windows past the positions pretraining will train are refused by the fine-tuning: say so now, not after hours
     trained = cfgs["shards_long"].max_seq_len if "shards_long" in cfgs else cfgs["shards"].max_seq_len
     if cfg.init_from:  # and those the starting model had trained already

@@ -260,6 +260,8 @@ def test_the_comparison_builds_shards_the_shards_stage_accepts_for_every_preset_
         _check(c)
         assert not c.nsp
     assert plan["cfgs"]["pretrain"].long_shards == (built[1].out if preset == "cpu" else "")
+    p = plan["cfgs"]["pretrain"]  # (the long phase as the committed comparison ran it, whatever the presets' defaults now)
+    assert (p.long_schedule, p.long_init, p.long_lr) == ("shared", "keep", 0.0)
 
 
 def test_the_replacements_probe_scores_each_source_and_refuses_an_mlm_of_another_vocabulary(shards_dir, bert_dir, tmp_path, monkeypatch):

@@ -52,7 +52,7 @@ def test_long_phase_own_schedule_warms_up_and_decays_inside_the_phase():
     assert lr_for(85, 0.85, own, 100, None, 0.80) == pytest.approx(5e-4)  # its peak, a quarter of the way in
     assert lr_for(90, 0.90, own, 100, None, 0.80) == pytest.approx(5e-4 * 10 / 15)
     assert lr_for(100, 1.0, own, 100, None, 0.80) == 0.0
-    shared = PretrainConfig(max_steps=100, warmup=10, lr=1e-3, long_shards="x", long_phase=0.2)
+    shared = PretrainConfig(max_steps=100, warmup=10, lr=1e-3, long_shards="x", long_phase=0.2, long_schedule="shared")
     assert lr_for(90, 0.90, shared, 100, None, 0.80) == pytest.approx(1e-3 * 10 / 90)  # the tail of the run's decay
 
 
@@ -123,10 +123,10 @@ def test_copied_positions_equal_the_trained_rows_tiled_and_leave_128_tokens_unch
     assert not torch.equal(rows["keep"][128:256], rows["keep"][:128])
 
 
-def test_run_key_keeps_old_runs_at_the_defaults_and_names_the_new_settings():
-    """The keys below were computed before the long-phase settings existed: a run at their defaults (shared,
-    keep) keeps its key, so it resumes; own / copy / their warmup and lr make another run; without long
-    shards, none of them counts."""
+def test_run_key_keeps_old_runs_and_names_the_new_settings():
+    """The keys below were computed before the long-phase settings existed: a run at what it then did (shared,
+    keep: the defaults until issue 58) keeps its key, so it resumes; own / copy / their warmup and lr make another
+    run, and so do today's defaults (own, copy); without long shards, none of them counts."""
     old_plain = "e6e5cc9d7483efc46b4abf0e978fd229209b65abfe5efd1eb9ddb1fa6b453f22"
     old_long = "70e08e017783ce879c14df795b5f11c70e61ea7d571a030fd3c0338ef136d644"
 
@@ -136,10 +136,29 @@ def test_run_key_keeps_old_runs_at_the_defaults_and_names_the_new_settings():
 
     assert key() == old_plain and key(long_schedule="own", long_init="copy", long_lr=1e-4) == old_plain
     long = dict(long_shards="l", long_phase=0.2)
-    assert key(**long) == old_long == key(**long, long_warmup=0.3, long_lr=1e-4)  # (they apply only to an own schedule)
-    keys = {key(**long, long_schedule="own"), key(**long, long_schedule="own", long_warmup=0.3), key(**long, long_schedule="own", long_lr=1e-4),
-            key(**long, long_init="copy"), old_long}
-    assert len(keys) == 5
+    old = dict(long, long_schedule="shared", long_init="keep")
+    assert key(**old) == old_long == key(**old, long_warmup=0.3, long_lr=1e-4)  # (they apply only to an own schedule)
+    own = dict(long, long_init="keep")
+    keys = {key(**own), key(**own, long_warmup=0.3), key(**own, long_lr=1e-4), key(**dict(old, long_init="copy")), old_long, key(**long)}
+    assert len(keys) == 6 and (PretrainConfig.long_schedule, PretrainConfig.long_init) == ("own", "copy")
+    # a switch.pt's short key (korbert/fork.py), computed before the defaults changed: a run of either long_init still forks from it
+    from korbert.fork import short_key
+
+    def short(**kw):
+        return short_key(PretrainConfig(shards="s", out="o", **long, **kw), lambda c, lk: run_key(c, "sk", "th", 1, "fp32", False, lk), 512)
+
+    assert short(long_schedule="own", long_init="copy") == short(long_schedule="own", long_init="keep") == \
+        "56614eb9f47623c5f3dd29a6347336eda5f52948002af5ec4ba0fc6cc016a663"
+
+
+def test_a_run_from_before_the_defaults_changed_says_how_to_resume_it(shards_dir, long_shards_dir, tmp_path):
+    """A checkpoint of a run at the long phase's old defaults (shared, keep), resumed at today's: refused with the two
+    flags that resume it (not as "another run"); with them it resumes."""
+    old = dict(long_shards=str(long_shards_dir), long_phase=0.3, max_steps=5)
+    main(cfg(shards_dir, tmp_path / "run", long_schedule="shared", long_init="keep", **old))
+    with pytest.raises(InputError, match="trained with --long-schedule shared --long-init keep, .*: pass both to resume it"):
+        main(cfg(shards_dir, tmp_path / "run", **{**old, "max_steps": 10}))
+    assert main(cfg(shards_dir, tmp_path / "run", long_schedule="shared", long_init="keep", **{**old, "max_steps": 10}))["step"] == 10
 
 
 def test_long_settings_are_checked(shards_dir, long_shards_dir, tmp_path):
@@ -264,6 +283,35 @@ def test_collect_writes_both_arms_with_their_ratios_and_refuses_mixed_precisions
     write("copy", [0.25, 0.2, 0.2, 0.2], precision="fp32")
     with pytest.raises(SystemExit, match="other precisions"):
         lp.main(["--collect", "--work", str(work), "--result", str(out)])
+
+
+def test_every_arm_starts_from_the_preset_as_it_was_and_packed_lr5e_4_is_todays_preset(tmp_path):
+    """The arms were measured from the cpu preset's long phase before issue 58 made the fix its default: the
+    benchmark pins those settings (shared schedule, positions as initialized, document instances), so `before`
+    is still that preset and each arm's --set its change; `packed-lr5e-4`'s five settings are today's preset."""
+    import argparse
+
+    from conftest import load_benchmark
+    from corpus_tools import config as C
+    from korbert.recipe import RecipeConfig, stage_configs
+    from test_recipe import sample_data_folder
+
+    lp = load_benchmark("long_positions")
+    data = sample_data_folder(tmp_path / "data")
+    args = argparse.Namespace(steps=10, precision="auto", seeds=[42], smoke=False, data=str(data), workers=0)
+
+    def long_phase(cfgs):
+        p = cfgs["pretrain"]
+        return cfgs["shards_long"].instances, p.long_schedule, p.long_init, p.long_lr, p.long_warmup
+
+    def arm(*sets):
+        cmd = lp.recipe_command(args, tmp_path / "arm", list(sets))
+        return long_phase(stage_configs(C.parse(RecipeConfig, cmd[cmd.index("run") + 1:], prog="korbert run"))["cfgs"])
+
+    assert arm() == ("document", "shared", "keep", 0.0, 0.1)
+    chosen = ["pretrain.long_schedule=own", "pretrain.long_warmup=0.1", "pretrain.long_init=copy", "pretrain.long_lr=5e-4", "shards_long.instances=packed"]
+    today = long_phase(stage_configs(RecipeConfig(preset="cpu", out=str(tmp_path / "now"), data=str(data)))["cfgs"])
+    assert arm(*chosen) == today == ("packed", "own", "copy", 5e-4, 0.1)
 
 
 def test_a_fork_at_the_switch_trains_the_same_long_phase_as_a_whole_run(shards_dir, long_shards_dir, tmp_path):

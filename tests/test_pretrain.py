@@ -629,7 +629,8 @@ def test_long_phase_switches_at_the_planned_step_trains_the_positions_and_resume
 
     from korbert.model import KorBertForPreTraining
 
-    common = dict(tokens_per_batch=2048, pack=True, lr=3e-3, warmup=2, num_workers=1)
+    # (the long phase as before issue 58: the run's one schedule, new positions from their initialization; today's: test_long_positions.py)
+    common = dict(tokens_per_batch=2048, pack=True, lr=3e-3, warmup=2, num_workers=1, long_schedule="shared", long_init="keep")
     short = main(cfg(shards_dir, tmp_path / "short", **common))
     whole = main(cfg(shards_dir, tmp_path / "whole", long_shards=str(long_shards_dir), long_phase=0.3, **common))
     log = [json.loads(line) for line in (tmp_path / "whole" / "log.jsonl").read_text().splitlines()]

@@ -205,6 +205,10 @@ def test_presets_wire_the_long_phase_and_windows_within_the_trained_length(tmp_p
         gpu = stages(preset)
         assert gpu["shards_long"].max_seq_len == 512 and gpu["shards_long"].out == str(tmp_path / preset / "shards-long")
         assert gpu["pretrain"].long_shards == gpu["shards_long"].out and gpu["pretrain"].long_phase == 0.1
+        # issue 58's long phase: packed 512-token instances, its own warmup and decay from half the peak, new positions copied
+        p = gpu["pretrain"]
+        assert (gpu["shards_long"].instances, p.long_schedule, p.long_init, p.long_lr) == ("packed", "own", "copy", p.lr / 2), preset
+        assert gpu["shards"].instances == "document"  # (the short phase's instances stay BERT's)
     demo = stages("demo")
     assert "shards_long" not in demo and not demo["pretrain"].long_shards
     for preset in ("demo", "cpu"):  # windows within the 128 tokens of the short phase (cpu: the best KorQuAD F1 of the two seeds)
@@ -309,6 +313,15 @@ def test_starting_model_rows_are_checked_against_their_trained_positions_before_
     wide = stage_configs(RecipeConfig(preset="demo", out=str(tmp_path / "c"), corpus=[str(corpus_file)], init_from=str(model_dir),
                                       set=["korquad.max_len=384"]))
     assert wide["cfgs"]["korquad"].max_len == 384
+    # with a long phase, positions the start trained are kept (the default copy would overwrite them at the switch); copy set
+    # by hand is refused now, not after the shards (korbert/pretrain.py refuses it there too)
+    longer = ["shards_long.max_seq_len=256"]
+    for folder, sets, want in ((model_dir, longer, "keep"), (start, longer, "copy"), (model_dir, ["pretrain.long_shards=elsewhere"], "keep")):
+        got = stage_configs(RecipeConfig(preset="demo", out=str(tmp_path / "d"), corpus=[str(corpus_file)], init_from=str(folder), set=sets))
+        assert got["cfgs"]["pretrain"].long_init == want, (folder, sets)
+    with pytest.raises(InputError, match=r"long_init=copy: --init-from .* trained positions up to \d+"):
+        stage_configs(RecipeConfig(preset="demo", out=str(tmp_path / "e"), corpus=[str(corpus_file)], init_from=str(model_dir),
+                                   set=[*longer, "pretrain.long_init=copy"]))
 
 
 def test_init_from_options_are_checked_before_any_work(tmp_path, corpus_file, bert_dir):

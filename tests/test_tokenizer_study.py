@@ -126,6 +126,12 @@ def test_settings_differ_only_where_they_do_not_name_the_kind(study, tmp_path):
     assert plain == morpheme and plain["vocab"]["out"] == "RUN/vocab"
     assert study.differences(plain, attached) == ["shards.mask_prob: 0.15 -> 0.2"]
     assert study.differences({"a": 1}, {"a": 1, "b": 2}) == ["b: '(absent)' -> 2"]  # a setting only one side has
+    # a run now pins the long phase the study ran (issue 58 changed the preset's): its --set items name no setting of its own
+    cmd = study.recipe_command("plain", Path("runs/x"), 10, 42, "", [])
+    assert all(pin in cmd for pin in study.PINNED) and "pretrain.long_schedule=shared" in cmd
+    pinned = recipe_config(Path("runs") / "tkq-plain", "plain", 0.15)
+    pinned["recipe"]["set"] = [*pinned["recipe"]["set"], *study.PINNED]
+    assert study.settings(pinned) == plain
 
 
 DATA = {"nsmc": {"train": {"sha256": "a1"}, "test": {"sha256": "b2"}}, "korquad": {"dev": {"sha256": "c3"}}}
