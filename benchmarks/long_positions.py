@@ -280,7 +280,7 @@ def controls_only(args) -> dict:
     saved = {"recipe": C.to_dict(cfg), **{k: C.to_dict(v) for k, v in cfgs.items()}}
     if (run / "recipe-config.json").is_file():  # (one the recipe wrote, with --preprocess-only or without)
         def stages(d):
-            return {**d, "recipe": {k: v for k, v in d["recipe"].items() if k != "preprocess_only"}}
+            return {**d, "recipe": {k: v for k, v in d["recipe"].items() if k not in ("preprocess_only", "set")}}  # (the stages hold --set)
 
         if stages(json.loads((run / "recipe-config.json").read_text(encoding="utf-8"))) != stages(saved):
             raise SystemExit(f"{run / 'recipe-config.json'} holds another configuration than {shlex.join(cmd[3:])}: use another --work")

@@ -141,7 +141,7 @@ def test_run_key_keeps_old_runs_and_names_the_new_settings():
     own = dict(long, long_init="keep")
     keys = {key(**own), key(**own, long_warmup=0.3), key(**own, long_lr=1e-4), key(**dict(old, long_init="copy")), old_long, key(**long)}
     assert len(keys) == 6 and (PretrainConfig.long_schedule, PretrainConfig.long_init) == ("own", "copy")
-    # a switch.pt's short key (korbert/fork.py), computed before the defaults changed: a run of either long_init still forks from it
+    # a switch.pt's short key (korbert/fork.py), computed with aadebec's code (before the defaults changed): either long_init forks from it
     from korbert.fork import short_key
 
     def short(**kw):
@@ -312,6 +312,38 @@ def test_every_arm_starts_from_the_preset_as_it_was_and_packed_lr5e_4_is_todays_
     chosen = ["pretrain.long_schedule=own", "pretrain.long_warmup=0.1", "pretrain.long_init=copy", "pretrain.long_lr=5e-4", "shards_long.instances=packed"]
     today = long_phase(stage_configs(RecipeConfig(preset="cpu", out=str(tmp_path / "now"), data=str(data)))["cfgs"])
     assert arm(*chosen) == today == ("packed", "own", "copy", 5e-4, 0.1)
+
+
+def test_controls_only_takes_a_run_folder_from_before_the_pins_and_refuses_another_configuration(tmp_path, monkeypatch):
+    """--controls-only on a run folder whose recipe-config.json an earlier invocation wrote (its --set without the pinned
+    long phase, every stage's settings the same): it goes on to the vocabulary; a stage setting that differs stops it."""
+    import argparse
+
+    from conftest import load_benchmark
+
+    lp = load_benchmark("long_positions")
+    args = argparse.Namespace(work=str(tmp_path), arm="before", set=[], after_set=[], steps=10, precision="auto", seeds=[42], smoke=True,
+                              data="", workers=0, stages=str(tmp_path / "stages"), final_manifest="x", force=False)
+
+    class Reached(Exception):
+        pass
+
+    def vocab(c):
+        raise Reached
+
+    monkeypatch.setattr("corpus_tools.vocab.main", vocab)
+    saved_file = tmp_path / "before" / "recipe-config.json"
+    with pytest.raises(Reached):
+        lp.controls_only(args)  # (no folder yet: it writes the recipe's config)
+    saved = json.loads(saved_file.read_text())
+    saved["recipe"]["set"] = [s for s in saved["recipe"]["set"] if s not in lp.PINNED]
+    saved_file.write_text(json.dumps(saved))
+    with pytest.raises(Reached):
+        lp.controls_only(args)
+    saved["pretrain"]["lr"] *= 2
+    saved_file.write_text(json.dumps(saved))
+    with pytest.raises(SystemExit, match="holds another configuration"):
+        lp.controls_only(args)
 
 
 def test_a_fork_at_the_switch_trains_the_same_long_phase_as_a_whole_run(shards_dir, long_shards_dir, tmp_path):
