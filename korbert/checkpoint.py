@@ -81,7 +81,7 @@ def run_key(
     return hashlib.sha256(json.dumps([ident, shards_key, tokenizer_hash, world], sort_keys=True).encode()).hexdigest()
 
 
-def load_checkpoint(cfg: PretrainConfig, out: Path, key: str, key_other_compile, dist, key_before_58=None) -> dict | None:
+def load_checkpoint(cfg: PretrainConfig, out: Path, key: str, key_other_compile, dist, key_before_58) -> dict | None:
     """out/ckpt.pt when it holds this run (`key`), to resume; None to start fresh (none there, --force, or
     --replace of another run's, whose files are then removed). Refused with one line: --no-resume, another
     number of processes (each rank's streams continue), another run, one cut with the other --compile
@@ -113,7 +113,7 @@ def load_checkpoint(cfg: PretrainConfig, out: Path, key: str, key_other_compile,
                 raise InputError(f"{ckpt_path} does not say whether it was trained with --compile ({why}): pass --force to start over")
             was = "with" if state["state"]["bucketed"] else "without"
             raise InputError(f"{ckpt_path} was trained {was} --compile ({why}): resume it {was} --compile, or pass --force to start over")
-        elif foreign and key_before_58 and state["state"]["run_key"] == key_before_58():
+        elif foreign and state["state"]["run_key"] == key_before_58():  # (without long shards: this run's own key, never foreign)
             raise InputError(f"{ckpt_path} was trained with --long-schedule shared --long-init keep, the long phase's defaults before "
                              "issue 58: pass both to resume it, or --force to start over")
         elif foreign:

@@ -50,9 +50,11 @@ def file_sha256_as_written_by(path: Path, transformers_version: str | None) -> s
     import hashlib
     import re
 
-    data = Path(path).read_bytes()
-    if Path(path).name == "config.json" and transformers_version:
-        data = re.sub(rb'"transformers_version": "[^"]*"', b'"transformers_version": "' + transformers_version.encode() + b'"', data)
+    from corpus_tools.artifacts import sha256_file
+
+    if Path(path).name != "config.json" or not transformers_version:
+        return sha256_file(path)  # (streamed: the weights are not read whole)
+    data = re.sub(rb'"transformers_version": "[^"]*"', b'"transformers_version": "' + transformers_version.encode() + b'"', Path(path).read_bytes())
     return hashlib.sha256(data).hexdigest()
 
 

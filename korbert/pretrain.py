@@ -140,7 +140,7 @@ class Trainer:
 
         # -- resume or start
         state = load_checkpoint(cfg, out, key, lambda: self._key_with(compile=not cfg.compile), dist,
-                                lambda: self._key_with(long_schedule="shared", long_init="keep") if cfg.long_shards else None)
+                                lambda: self._key_with(long_schedule="shared", long_init="keep"))
         self.forked = state is None and bool(cfg.fork_from)  # --fork-from: another run's state before its long phase
         if self.forked:
             state = fork_state(cfg, self._key_of, self.precision, dist.world, self.long_manifest["config"]["max_seq_len"] if self.long_manifest else 0)
